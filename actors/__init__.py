@@ -1,0 +1,1 @@
+"""Actors running on the asyncio event loop, with pykka's API."""

@@ -1,0 +1,105 @@
+"""Folds concurrent requests of one kind into one SQL round trip.
+
+Requests that arrive while earlier round trips are in flight wait in the
+actor and go out together in the next one (group commit): under load, many
+small HTTP requests become few large statements; when idle, a request goes
+out at once with no added delay.
+
+If a folded round trip fails, each request in it is retried on its own, so
+one request the database rejects never fails its neighbours (libqueen's
+fused batches did; api.md §18 says not to copy that).
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable, Sequence
+
+from loguru import logger
+
+from actors.runtime import AsyncioActor
+
+_FLUSH_DONE = object()
+
+Flush = Callable[[Sequence[Any]], Awaitable[Sequence[Any]]]
+
+
+class Batcher(AsyncioActor):
+    """``submit(items)`` answers a future of the results for exactly those items.
+
+    ``flush(items)`` must return one result per item, in order.
+    """
+
+    def __init__(self, flush: Flush, *, max_items: int, max_concurrent: int, name: str):
+        super().__init__()
+        self._flush = flush
+        self._max_items = max_items
+        self._max_concurrent = max_concurrent
+        self._name = name
+        self._pending: list[tuple[Sequence[Any], asyncio.Future]] = []
+        self._in_flight = 0
+        self.round_trips = 0
+        self.requests = 0
+
+    def submit(self, items: Sequence[Any]) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((items, future))
+        self.requests += 1
+        self._maybe_flush()
+        return future
+
+    def stats(self) -> dict:
+        return {"requests": self.requests, "round_trips": self.round_trips,
+                "in_flight": self._in_flight, "pending": len(self._pending)}
+
+    def on_receive(self, message: Any) -> None:
+        if message is _FLUSH_DONE:
+            self._in_flight -= 1
+            self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        while self._pending and self._in_flight < self._max_concurrent:
+            group, count = [], 0
+            while self._pending and (not group or count + len(self._pending[0][0]) <= self._max_items):
+                items, future = self._pending.pop(0)
+                group.append((items, future))
+                count += len(items)
+            self._in_flight += 1
+            self.round_trips += 1
+            asyncio.get_running_loop().create_task(self._flush_group(group))
+
+    async def _flush_group(self, group: list[tuple[Sequence[Any], asyncio.Future]]) -> None:
+        try:
+            await self._run_group(group)
+        finally:
+            # Back through the inbox: only the actor's own task touches its state.
+            self.actor_ref.tell(_FLUSH_DONE)
+
+    async def _run_group(self, group: list[tuple[Sequence[Any], asyncio.Future]]) -> None:
+        flat = [item for items, _ in group for item in items]
+        try:
+            results = await self._flush(flat)
+        except Exception as exc:
+            if len(group) == 1:
+                _settle(group[0][1], exc=exc)
+                return
+            logger.debug("{}: folded round trip of {} requests failed ({}); retrying one by one",
+                         self._name, len(group), exc)
+            for items, future in group:
+                try:
+                    _settle(future, value=list(await self._flush(items)))
+                except Exception as one_exc:
+                    _settle(future, exc=one_exc)
+            return
+        offset = 0
+        for items, future in group:
+            _settle(future, value=list(results[offset:offset + len(items)]))
+            offset += len(items)
+
+
+def _settle(future: asyncio.Future, *, value: Any = None, exc: BaseException | None = None) -> None:
+    if future.done():  # the caller went away (cancelled); nothing to tell
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(value)

@@ -1,0 +1,2 @@
+"""Queen-compatible message broker on PostgreSQL: the HTTP face and the storage."""
+__version__ = "0.1.0"

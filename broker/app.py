@@ -1,0 +1,98 @@
+"""The Sanic application: starts the store and the actors before serving and
+stops them after; maps errors to Queen's ``{"error": ...}`` envelope."""
+from __future__ import annotations
+
+from loguru import logger
+from sanic import Request, Sanic
+from sanic.exceptions import MethodNotAllowed, NotFound, SanicException
+from sanic.response import HTTPResponse
+
+from actors.batcher import Batcher
+from actors.pop_waiters import PopWaiterRegistry
+from actors.runtime import stop_all
+from broker.config import Settings
+from broker.crypto import PayloadCipher
+from broker.http import CORS_HEADERS, error
+from broker.routes import admin, messages
+from broker.store.db import Store, StoreError, StoreUnavailable
+from broker.wire import BadRequest
+
+
+def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
+    app = Sanic(name, env_prefix=None)
+    app.config.REQUEST_MAX_SIZE = settings.max_body_bytes
+    app.config.REQUEST_TIMEOUT = 60
+    # Long polls hold a response for up to `timeout` ms; never cut them short.
+    app.config.RESPONSE_TIMEOUT = 3600
+    app.config.KEEP_ALIVE_TIMEOUT = 75
+    app.config.NOISY_EXCEPTIONS = False
+    app.config.ACCESS_LOG = False
+    app.ctx.settings = settings
+    app.ctx.cipher = PayloadCipher(settings.encryption_key) if settings.encryption_key else None
+
+    app.blueprint(messages.bp)
+    app.blueprint(admin.bp)
+
+    @app.before_server_start
+    async def start(app: Sanic) -> None:
+        store = await Store.connect(
+            dsn, pool_size=settings.db_pool_size,
+            connect_timeout_ms=settings.db_connection_timeout,
+            statement_timeout_ms=settings.db_statement_timeout,
+            lock_timeout_ms=settings.db_lock_timeout,
+            idle_timeout_ms=settings.db_idle_timeout,
+            application_name=f"queen-broker:{settings.queen_server_id}")
+        app.ctx.store = store
+        app.ctx.waiters = PopWaiterRegistry.start()
+        app.ctx.push_batcher = Batcher.start(
+            store.push, max_items=settings.push_max_batch_items,
+            max_concurrent=settings.push_max_concurrent, name="push")
+        app.ctx.ack_batcher = Batcher.start(
+            store.ack, max_items=settings.ack_max_batch_items,
+            max_concurrent=settings.ack_max_concurrent, name="ack")
+        logger.info("broker {} serving on http://{}:{}", settings.queen_server_id,
+                    settings.host, settings.port)
+
+    @app.after_server_stop
+    async def stop(app: Sanic) -> None:
+        await stop_all()
+        await app.ctx.store.close()
+
+    @app.on_response
+    async def cors(_request: Request, response: HTTPResponse) -> None:
+        response.headers.update(CORS_HEADERS)
+
+
+    @app.exception(BadRequest)
+    async def bad_request(_request: Request, exc: BadRequest):
+        return error(exc.message, exc.status)
+
+    @app.exception(StoreUnavailable)
+    async def unavailable(request: Request, exc: StoreUnavailable):
+        logger.warning("{} {}: {}", request.method, request.path, exc)
+        return error("Database unavailable, retry later", 503)
+
+    @app.exception(StoreError)
+    async def store_error(request: Request, exc: StoreError):
+        logger.error("{} {}: {}", request.method, request.path, exc)
+        return error(str(exc), 500)
+
+    @app.exception(NotFound, MethodNotAllowed)
+    async def no_route(request: Request, exc: SanicException):
+        if request.method == "OPTIONS":  # CORS preflight, for any path
+            return HTTPResponse(status=204, headers={**CORS_HEADERS, "Access-Control-Max-Age": "86400"})
+        if isinstance(exc, MethodNotAllowed):
+            return error(f"Method {request.method} not allowed on {request.path}", 405)
+        return error("no_such_route", 404)
+
+    @app.exception(SanicException)
+    async def sanic_error(_request: Request, exc: SanicException):
+        # 405, 413 (body over MAX_BODY_BYTES), malformed requests...
+        return error(str(exc) or exc.__class__.__name__, exc.status_code)
+
+    @app.exception(Exception)
+    async def internal(request: Request, exc: Exception):
+        logger.opt(exception=exc).error("{} {} failed", request.method, request.path)
+        return error(f"Internal error: {exc.__class__.__name__}", 500)
+
+    return app

@@ -1,0 +1,567 @@
+"""Every environment variable the broker reads: declared, parsed, validated and documented once.
+
+Each tunable is one ``Variable`` entry in ``VARIABLES`` (name, default as shown in the docs,
+kind, one-line meaning, parser).  ``load_settings()`` turns the environment into a frozen
+``Settings``; ``markdown_table()`` renders the same registry for the README, so the code and the
+documentation cannot drift apart.
+
+Rules shared by all variables:
+  * an empty (or whitespace-only) value means "unset" and the default applies;
+  * a bad value raises ``ConfigError`` naming the variable, the value and what was expected;
+  * secrets (passwords, keys) are never echoed back: not in errors, ``repr`` or boot logs.
+
+Variable names are Queen's, so a deployment can switch brokers without renaming anything.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting has a value the broker cannot run with; the message says which and why."""
+
+
+# --------------------------------------------------------------------------------------------
+# Parsers.  Each takes (variable name, raw string) and returns the typed value or raises.
+# The variable name is passed in (not captured) because aliases are reported under the
+# name the operator actually set.
+# --------------------------------------------------------------------------------------------
+
+Parser = Callable[[str, str], Any]
+
+
+def _int(lo: int | None = None, hi: int | None = None) -> Parser:
+    if lo is not None and hi is not None:
+        expected = f"an integer between {lo} and {hi}"
+    elif lo is not None:
+        expected = f"an integer >= {lo}"
+    else:
+        expected = "an integer"
+
+    def parse(name: str, raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(f"{name} must be {expected}, got {raw!r}") from None
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise ConfigError(f"{name} must be {expected}, got {raw!r}")
+        return value
+
+    return parse
+
+
+def _float(lo: float) -> Parser:
+    def parse(name: str, raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        # nan/inf parse as floats but make no sense as a multiplier
+        if not math.isfinite(value) or value < lo:
+            raise ConfigError(f"{name} must be a number >= {lo:g}, got {raw!r}")
+        return value
+
+    return parse
+
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _bool(name: str, raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ConfigError(f"{name} must be a boolean (true/false, 1/0, yes/no, on/off), got {raw!r}")
+
+
+def _choice(*options: str, upper: bool = False) -> Parser:
+    """Case-insensitive choice; returns the canonical spelling (upper-cased if ``upper``)."""
+    by_lower = {option.lower(): option for option in options}
+    shown = ", ".join(repr(o) if o == "" else o for o in options)
+
+    def parse(name: str, raw: str) -> str:
+        option = by_lower.get(raw.lower())
+        if option is None:
+            raise ConfigError(f"{name} must be one of {shown}, got {raw!r}")
+        return option.upper() if upper else option
+
+    return parse
+
+
+def _str(name: str, raw: str) -> str:
+    return raw
+
+
+def _path(name: str, raw: str) -> Path:
+    # Resolved once, at load time, against the working directory the broker was started in,
+    # so a later chdir cannot move the data.
+    return Path(os.path.abspath(os.path.expanduser(raw)))
+
+
+def _csv(name: str, raw: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+def _peers(name: str, raw: str) -> tuple[tuple[str, int | None], ...]:
+    """``host[:port]`` list; port None means "the mesh port" (filled in by load_settings).
+
+    ``[v6addr]:port`` is accepted for IPv6; a bare address with several colons is a host.
+    """
+    port_of = _int(1, 65535)
+    peers = []
+    for item in _csv(name, raw):
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else (rest or None)
+        elif item.count(":") == 1:
+            host, port = item.split(":")
+        else:
+            host, port = item, None
+        if not host:
+            raise ConfigError(f"{name} entries must be host[:port], got {item!r}")
+        if port is not None:
+            try:
+                port = port_of(name, port)
+            except ConfigError:
+                raise ConfigError(
+                    f"{name} entry {item!r} has a bad port: must be an integer between 1 and 65535"
+                ) from None
+        peers.append((host, port))
+    return tuple(peers)
+
+
+def _hex_key(name: str, raw: str) -> bytes:
+    # Queen silently disables encryption on a malformed key; we refuse to start instead,
+    # because "encryption quietly off" is the worst outcome.  The value itself is a secret,
+    # so the error describes it without echoing it.
+    raw = raw.strip()
+    is_hex = all(c in "0123456789abcdefABCDEF" for c in raw)
+    if len(raw) != 64 or not is_hex:
+        raise ConfigError(
+            f"{name} must be exactly 64 hex characters (a 32-byte AES-256 key), "
+            f"got a value of {len(raw)} characters" + ("" if is_hex else " that is not hex")
+        )
+    key = bytes.fromhex(raw)
+    return key
+
+
+# --------------------------------------------------------------------------------------------
+# The registry.
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    default: str | None  # as shown in the docs; None = unset
+    kind: str  # short type label for the docs
+    doc: str
+    parse: Parser = field(repr=False)
+    attr: str = ""  # Settings attribute; lowercase of the name unless given
+    aliases: tuple[str, ...] = ()  # older names, read when the main one is unset
+    secret: bool = False  # never echoed; read verbatim (no whitespace stripping)
+    # Computes the default from the environment when it is not a constant (e.g. from the pid).
+    dynamic: Callable[[Mapping[str, str]], Any] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.attr:
+            object.__setattr__(self, "attr", self.name.lower())
+
+    def default_value(self, environ: Mapping[str, str]) -> Any:
+        if self.dynamic is not None:
+            return self.dynamic(environ)
+        if self.default is None:
+            return None
+        # Constant defaults go through the same parser as user values, so they are typed and
+        # validated exactly like them.
+        return self.parse(self.name, self.default)
+
+
+def _v(name, default, kind, doc, parse, **extra) -> Variable:
+    return Variable(name, default, kind, doc, parse, **extra)
+
+
+_PORT = _int(1, 65535)
+_POSITIVE = _int(1)
+
+LOG_LEVELS = ("trace", "debug", "info", "success", "warning", "error", "critical")
+SUBSCRIPTION_MODES = ("", "all", "new", "new-only")
+JWT_ALGORITHMS = ("HS256", "RS256", "EdDSA", "auto")
+
+VARIABLES: list[Variable] = [
+    # HTTP / process
+    _v("HOST", "127.0.0.1", "str", "Address the HTTP API listens on.", _str),
+    _v("PORT", "6632", "int", "TCP port of the HTTP API.", _PORT),
+    _v("WORKER_ID", "broker-<pid>", "str", "Name of this broker process in logs and leases.", _str,
+       dynamic=lambda env: f"broker-{os.getpid()}"),
+    _v("LOG_LEVEL", "info", "choice",
+       "Log level: trace, debug, info, success, warning, error or critical.",
+       _choice(*LOG_LEVELS, upper=True)),
+    _v("MAX_BODY_BYTES", "16777216", "int", "Largest accepted request body; larger ones get 413.",
+       _POSITIVE),
+    # Database
+    _v("PG_HOST", None, "str",
+       "PostgreSQL host; unset means start the embedded PostgreSQL.", _str),
+    _v("PG_PORT", "5432", "int", "PostgreSQL port.", _PORT),
+    _v("PG_USER", "postgres", "str", "PostgreSQL user.", _str),
+    _v("PG_PASSWORD", "postgres", "secret", "PostgreSQL password.", _str, secret=True),
+    _v("PG_DB", "postgres", "str", "PostgreSQL database name.", _str),
+    _v("PG_USE_SSL", "false", "bool", "Connect to PostgreSQL over TLS.", _bool),
+    _v("PG_SSL_REJECT_UNAUTHORIZED", "true", "bool",
+       "With TLS, verify the server certificate (false = encrypt without verifying).", _bool),
+    _v("DB_POOL_SIZE", "20", "int",
+       "Connections per broker process (Queen's C++ default is 150; an asyncio broker needs far "
+       "fewer, and replicas x pool size must fit PostgreSQL's max_connections).", _int(2)),
+    _v("DB_CONNECTION_TIMEOUT", "2000", "ms", "Timeout for opening a database connection.",
+       _POSITIVE),
+    _v("DB_STATEMENT_TIMEOUT", "30000", "ms", "statement_timeout for broker sessions.", _POSITIVE),
+    _v("DB_LOCK_TIMEOUT", "10000", "ms", "lock_timeout for broker sessions.", _POSITIVE),
+    _v("DB_IDLE_TIMEOUT", "30000", "ms",
+       "idle_in_transaction_session_timeout for broker sessions.", _POSITIVE),
+    # Embedded PostgreSQL
+    _v("EMBEDDED_PG_DIR", ".queen/pgdata", "path",
+       "Data directory of the embedded PostgreSQL (relative to the working directory).", _path),
+    _v("EMBEDDED_PG_PORT", "54329", "int",
+       "TCP port of the embedded PostgreSQL; 0 picks a free port.", _int(0, 65535)),
+    # Pop / long poll
+    _v("DEFAULT_TIMEOUT", "30000", "ms", "Long-poll wait of a pop that does not give one.",
+       _POSITIVE),
+    _v("DEFAULT_BATCH_SIZE", "1", "int", "Messages per pop when the request does not say.",
+       _POSITIVE),
+    _v("DEFAULT_SUBSCRIPTION_MODE", "", "choice",
+       "Where a new consumer group starts: '' or all (from the oldest message), new or new-only.",
+       _choice(*SUBSCRIPTION_MODES)),
+    _v("POP_WAIT_INITIAL_INTERVAL_MS", "100", "ms",
+       "First re-check interval of a waiting pop.", _POSITIVE),
+    _v("POP_WAIT_BACKOFF_THRESHOLD", "3", "int",
+       "Empty re-checks before the interval starts growing.", _POSITIVE),
+    _v("POP_WAIT_BACKOFF_MULTIPLIER", "2.0", "float",
+       "Growth factor of the re-check interval (>= 1).", _float(1.0)),
+    _v("POP_WAIT_MAX_INTERVAL_MS", "1000", "ms",
+       "Cap of the re-check interval (>= the initial interval).", _POSITIVE),
+    # Push / ack batching
+    _v("PUSH_MAX_BATCH_ITEMS", "1000", "int",
+       "Most pushed items folded into one SQL round trip.", _POSITIVE),
+    _v("PUSH_MAX_CONCURRENT", "8", "int", "Concurrent push round trips per broker.", _POSITIVE),
+    _v("ACK_MAX_BATCH_ITEMS", "1000", "int",
+       "Most acks folded into one SQL round trip.", _POSITIVE),
+    _v("ACK_MAX_CONCURRENT", "8", "int", "Concurrent ack round trips per broker.", _POSITIVE),
+    # Encryption
+    _v("QUEEN_ENCRYPTION_KEY", None, "secret",
+       "64 hex characters (AES-256-GCM key) enabling encrypted payloads; a malformed key is an "
+       "error, not silently ignored.", _hex_key, attr="encryption_key", secret=True),
+    # Mesh / HA
+    _v("QUEEN_SERVER_ID", "$HOSTNAME or queen-<random>", "str",
+       "Identity of this broker in the mesh.", _str,
+       dynamic=lambda env: (env.get("HOSTNAME") or "").strip() or f"queen-{secrets.token_hex(4)}"),
+    _v("QUEEN_SYNC_ENABLED", "true", "bool", "Take part in the broker mesh.", _bool),
+    _v("QUEEN_MESH_PORT", "6633", "int",
+       "UDP port of the mesh (alias QUEEN_UDP_NOTIFY_PORT).", _PORT,
+       aliases=("QUEEN_UDP_NOTIFY_PORT",)),
+    _v("QUEEN_MESH_PEERS", "", "list",
+       "Comma-separated host[:port] peers; port defaults to the mesh port (alias QUEEN_UDP_PEERS).",
+       _peers, aliases=("QUEEN_UDP_PEERS",)),
+    _v("QUEEN_SYNC_SECRET", "", "secret",
+       "Shared HMAC secret for mesh messages; empty = open (unauthenticated) mode.", _str,
+       secret=True),
+    _v("QUEEN_SYNC_HEARTBEAT_MS", "1000", "ms", "Interval of mesh heartbeats.", _POSITIVE),
+    _v("QUEEN_SYNC_DEAD_THRESHOLD_MS", "5000", "ms",
+       "Silence after which a peer counts as dead (> heartbeat).", _POSITIVE),
+    _v("QUEEN_CACHE_REFRESH_INTERVAL_MS", "60000", "ms",
+       "Full refresh of cached queue configuration.", _POSITIVE),
+    _v("QUEEN_HOTLIST_RESEED_MS", "30000", "ms",
+       "Rebuild of the list of partitions with pending messages.", _POSITIVE),
+    # Spool
+    _v("FILE_BUFFER_DIR", ".queen/buffers", "path",
+       "Spool directory for pushes accepted while the database is down.", _path),
+    _v("FILE_BUFFER_FLUSH_MS", "100", "ms", "How often the spool is replayed.", _POSITIVE),
+    _v("FILE_BUFFER_MAX_BATCH", "100", "int", "Spooled events replayed per round trip.",
+       _POSITIVE),
+    _v("FILE_BUFFER_EVENTS_PER_FILE", "10000", "int", "Events per spool file before rotating.",
+       _POSITIVE),
+    # Background jobs
+    _v("RETENTION_INTERVAL", "5000", "ms", "How often the retention job runs.", _POSITIVE),
+    _v("RETENTION_BATCH_SIZE", "1000", "int", "Messages deleted per retention round trip.",
+       _POSITIVE),
+    _v("PARTITION_CLEANUP_DAYS", "30", "days", "Empty, idle partitions older than this are dropped.",
+       _POSITIVE),
+    _v("METRICS_RETENTION_DAYS", "90", "days", "Age at which stored metrics are deleted.",
+       _POSITIVE),
+    _v("STATS_INTERVAL_MS", "10000", "ms", "How often queue statistics are recomputed (>= 1000).",
+       _int(1000)),
+    _v("METRICS_FLUSH_MS", "60000", "ms", "How often metrics are written to the database (>= 1000).",
+       _int(1000)),
+    # Auth
+    _v("JWT_ENABLED", "false", "bool", "Require a JWT bearer token on API requests.", _bool),
+    _v("JWT_ALGORITHM", "HS256", "choice", "Token algorithm: HS256, RS256, EdDSA or auto.",
+       _choice(*JWT_ALGORITHMS)),
+    _v("JWT_SECRET", "", "secret", "HMAC secret for HS256 tokens.", _str, secret=True),
+    _v("JWT_PUBLIC_KEY", "", "str", "PEM public key for RS256/EdDSA tokens.", _str),
+    _v("JWT_JWKS_URL", "", "str", "JWKS endpoint to fetch verification keys from.", _str),
+    _v("JWT_ISSUER", "", "str", "Required iss claim; empty = not checked.", _str),
+    _v("JWT_AUDIENCE", "", "str", "Required aud claim; empty = not checked.", _str),
+    _v("JWT_CLOCK_SKEW", "30", "s", "Tolerated clock difference for exp/nbf.", _int(0)),
+    _v("JWT_ROLES_CLAIM", "role", "str", "Claim holding a single role.", _str),
+    _v("JWT_ROLES_ARRAY_CLAIM", "roles", "str", "Claim holding a list of roles.", _str),
+    _v("JWT_ROLE_ADMIN", "admin", "str", "Role name granting everything.", _str),
+    _v("JWT_ROLE_READ_WRITE", "read-write", "str", "Role name granting push/pop/ack.", _str),
+    _v("JWT_ROLE_READ_ONLY", "read-only", "str", "Role name granting reads only.", _str),
+    _v("JWT_SKIP_PATHS", "/health,/metrics/prometheus,/metrics,/", "list",
+       "Comma-separated paths served without a token.", _csv),
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Settings
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Settings:
+    """The parsed configuration.  Secrets are excluded from ``repr`` so logging it is safe."""
+
+    # HTTP / process
+    host: str
+    port: int
+    worker_id: str
+    log_level: str
+    max_body_bytes: int
+    # Database (pg_host None = embedded PostgreSQL)
+    pg_host: str | None
+    pg_port: int
+    pg_user: str
+    pg_password: str = field(repr=False)
+    pg_db: str
+    pg_use_ssl: bool
+    pg_ssl_reject_unauthorized: bool
+    db_pool_size: int
+    db_connection_timeout: int
+    db_statement_timeout: int
+    db_lock_timeout: int
+    db_idle_timeout: int
+    # Embedded PostgreSQL
+    embedded_pg_dir: Path
+    embedded_pg_port: int
+    # Pop / long poll
+    default_timeout: int
+    default_batch_size: int
+    default_subscription_mode: str
+    pop_wait_initial_interval_ms: int
+    pop_wait_backoff_threshold: int
+    pop_wait_backoff_multiplier: float
+    pop_wait_max_interval_ms: int
+    # Push / ack batching
+    push_max_batch_items: int
+    push_max_concurrent: int
+    ack_max_batch_items: int
+    ack_max_concurrent: int
+    # Encryption
+    encryption_key: bytes | None = field(repr=False)
+    # Mesh / HA
+    queen_server_id: str
+    queen_sync_enabled: bool
+    queen_mesh_port: int
+    queen_mesh_peers: tuple[tuple[str, int], ...]
+    queen_sync_secret: str = field(repr=False)
+    queen_sync_heartbeat_ms: int
+    queen_sync_dead_threshold_ms: int
+    queen_cache_refresh_interval_ms: int
+    queen_hotlist_reseed_ms: int
+    # Spool
+    file_buffer_dir: Path
+    file_buffer_flush_ms: int
+    file_buffer_max_batch: int
+    file_buffer_events_per_file: int
+    # Background jobs
+    retention_interval: int
+    retention_batch_size: int
+    partition_cleanup_days: int
+    metrics_retention_days: int
+    stats_interval_ms: int
+    metrics_flush_ms: int
+    # Auth
+    jwt_enabled: bool
+    jwt_algorithm: str
+    jwt_secret: str = field(repr=False)
+    jwt_public_key: str
+    jwt_jwks_url: str
+    jwt_issuer: str
+    jwt_audience: str
+    jwt_clock_skew: int
+    jwt_roles_claim: str
+    jwt_roles_array_claim: str
+    jwt_role_admin: str
+    jwt_role_read_write: str
+    jwt_role_read_only: str
+    jwt_skip_paths: tuple[str, ...]
+
+    @property
+    def embedded_pg(self) -> bool:
+        """True when the broker runs its own PostgreSQL (PG_HOST unset)."""
+        return self.pg_host is None
+
+    @property
+    def mesh_active(self) -> bool:
+        """The mesh only does anything when enabled and there is someone to talk to."""
+        return self.queen_sync_enabled and bool(self.queen_mesh_peers)
+
+    def log_blocks(self) -> dict[str, dict]:
+        """The settings as printed at boot, one block per concern; secrets are masked."""
+        if self.embedded_pg:
+            database = {"mode": "embedded", "dir": str(self.embedded_pg_dir),
+                        "port": self.embedded_pg_port}
+        else:
+            database = {"mode": "external", "host": self.pg_host, "port": self.pg_port,
+                        "ssl": self.pg_use_ssl,
+                        "ssl_reject_unauthorized": self.pg_ssl_reject_unauthorized}
+        database.update(
+            user=self.pg_user,
+            password=_mask(self.pg_password),
+            db=self.pg_db,
+            pool_size=self.db_pool_size,
+            connection_timeout_ms=self.db_connection_timeout,
+            statement_timeout_ms=self.db_statement_timeout,
+            lock_timeout_ms=self.db_lock_timeout,
+            idle_timeout_ms=self.db_idle_timeout,
+            encryption_key=_mask(self.encryption_key),
+        )
+        return {
+            "config: http": {
+                "host": self.host,
+                "port": self.port,
+                "worker_id": self.worker_id,
+                "log_level": self.log_level,
+                "max_body_bytes": self.max_body_bytes,
+                "jwt_enabled": self.jwt_enabled,
+                "jwt_algorithm": self.jwt_algorithm,
+                "jwt_secret": _mask(self.jwt_secret),
+            },
+            "config: database": database,
+            "config: pop": {
+                "default_timeout_ms": self.default_timeout,
+                "default_batch_size": self.default_batch_size,
+                "default_subscription_mode": self.default_subscription_mode or "all",
+                "wait_initial_ms": self.pop_wait_initial_interval_ms,
+                "wait_backoff_threshold": self.pop_wait_backoff_threshold,
+                "wait_backoff_multiplier": self.pop_wait_backoff_multiplier,
+                "wait_max_ms": self.pop_wait_max_interval_ms,
+                "push_max_batch_items": self.push_max_batch_items,
+                "push_max_concurrent": self.push_max_concurrent,
+                "ack_max_batch_items": self.ack_max_batch_items,
+                "ack_max_concurrent": self.ack_max_concurrent,
+            },
+            "config: sync": {
+                "enabled": self.queen_sync_enabled,
+                "mesh_active": self.mesh_active,
+                "server_id": self.queen_server_id,
+                "mesh_port": self.queen_mesh_port,
+                "peers": [f"{host}:{port}" for host, port in self.queen_mesh_peers],
+                "secret": _mask(self.queen_sync_secret),
+                "heartbeat_ms": self.queen_sync_heartbeat_ms,
+                "dead_threshold_ms": self.queen_sync_dead_threshold_ms,
+                "cache_refresh_ms": self.queen_cache_refresh_interval_ms,
+                "auth": "hmac" if self.queen_sync_secret else "off",
+            },
+        }
+
+
+def _mask(secret: str | bytes | None) -> str:
+    if not secret:
+        return "<unset>"
+    unit = "bytes" if isinstance(secret, bytes) else "chars"
+    return f"<set:{len(secret)} {unit}>"
+
+
+# Settings and VARIABLES are written out separately for readability; this keeps them in step.
+assert [f.name for f in fields(Settings)] == [v.attr for v in VARIABLES], \
+    "Settings fields and VARIABLES must list the same attributes in the same order"
+
+
+def _raw(environ: Mapping[str, str], var: Variable) -> tuple[str, str] | None:
+    """(name actually used, value) of the first set name among the variable and its aliases."""
+    for name in (var.name, *var.aliases):
+        value = environ.get(name)
+        if value is None:
+            continue
+        if not var.secret:
+            value = value.strip()
+        if value.strip():
+            return name, value
+    return None
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Parse ``environ`` (default ``os.environ``) into Settings, or raise ConfigError."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for var in VARIABLES:
+        found = _raw(env, var)
+        if found is None:
+            values[var.attr] = var.default_value(env)
+        else:
+            values[var.attr] = var.parse(*found)
+
+    # Peers without an explicit port use this broker's mesh port.
+    values["queen_mesh_peers"] = tuple(
+        (host, values["queen_mesh_port"] if port is None else port)
+        for host, port in values["queen_mesh_peers"]
+    )
+
+    _check_relations(values)
+    return Settings(**values)
+
+
+def _check_relations(v: dict[str, Any]) -> None:
+    """Rules that involve more than one variable."""
+    if v["pop_wait_max_interval_ms"] < v["pop_wait_initial_interval_ms"]:
+        raise ConfigError(
+            f"POP_WAIT_MAX_INTERVAL_MS must be >= POP_WAIT_INITIAL_INTERVAL_MS "
+            f"({v['pop_wait_initial_interval_ms']}), got {v['pop_wait_max_interval_ms']}"
+        )
+    # A dead threshold at or below the heartbeat would declare healthy peers dead between beats.
+    if v["queen_sync_dead_threshold_ms"] <= v["queen_sync_heartbeat_ms"]:
+        raise ConfigError(
+            f"QUEEN_SYNC_DEAD_THRESHOLD_MS must be greater than QUEEN_SYNC_HEARTBEAT_MS "
+            f"({v['queen_sync_heartbeat_ms']}), got {v['queen_sync_dead_threshold_ms']}"
+        )
+    if v["jwt_enabled"]:
+        algorithm = v["jwt_algorithm"]
+        has_public = bool(v["jwt_public_key"] or v["jwt_jwks_url"])
+        if algorithm == "HS256" and not v["jwt_secret"]:
+            raise ConfigError("JWT_ENABLED with JWT_ALGORITHM=HS256 requires JWT_SECRET")
+        if algorithm in ("RS256", "EdDSA") and not has_public:
+            raise ConfigError(
+                f"JWT_ENABLED with JWT_ALGORITHM={algorithm} requires JWT_PUBLIC_KEY or JWT_JWKS_URL"
+            )
+        if algorithm == "auto" and not (has_public or v["jwt_secret"]):
+            raise ConfigError(
+                "JWT_ENABLED with JWT_ALGORITHM=auto requires JWT_SECRET, JWT_PUBLIC_KEY "
+                "or JWT_JWKS_URL"
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# Documentation
+# --------------------------------------------------------------------------------------------
+
+def markdown_table() -> str:
+    """All variables as a Markdown table (Variable | Default | Meaning) for the README."""
+    lines = ["| Variable | Default | Meaning |", "| --- | --- | --- |"]
+    for var in VARIABLES:
+        if var.default is None:
+            default = "*(unset)*"
+        elif var.default == "":
+            default = '`""`'
+        else:
+            default = f"`{var.default}`"
+        doc = var.doc.replace("|", "\\|")
+        lines.append(f"| `{var.name}` | {default} | {doc} |")
+    return "\n".join(lines) + "\n"

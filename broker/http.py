@@ -1,0 +1,44 @@
+"""Small HTTP helpers shared by the route modules: JSON in, JSON out."""
+from __future__ import annotations
+
+from typing import Any
+
+import ujson
+from sanic import Request
+from sanic.response import HTTPResponse
+
+from broker.wire import BadRequest
+
+CORS_HEADERS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "GET, POST, PUT, DELETE, OPTIONS",
+    "Access-Control-Allow-Headers": "Content-Type, Authorization",
+}
+
+
+def json(body: Any, status: int = 200) -> HTTPResponse:
+    return HTTPResponse(
+        ujson.dumps(body, escape_forward_slashes=False, ensure_ascii=False),
+        status=status,
+        content_type="application/json",
+    )
+
+
+def error(message: str, status: int) -> HTTPResponse:
+    return json({"error": message}, status=status)
+
+
+def read_json(request: Request) -> Any:
+    """The request body as JSON; an empty or absent body is ``{}`` (api.md §1.4)."""
+    raw = request.body
+    if not raw or not raw.strip():
+        return {}
+    try:
+        return ujson.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise BadRequest(f"Invalid JSON body: {exc}") from None
+
+
+def args(request: Request) -> dict[str, str]:
+    """Query parameters, properly percent-decoded; the last value of a repeated key wins."""
+    return {key: values[-1] for key, values in request.args.items()}

@@ -1,0 +1,276 @@
+"""Push, pop, ack, transaction and lease routes: the data path (api.md §4–§8)."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from loguru import logger
+from sanic import Blueprint, Request
+
+from actors.pop_waiters import long_poll
+from broker.http import args, error, json, read_json
+from broker.store.db import PushRow, StoreUnavailable, TransactionAborted, run_transaction
+from broker.wire import (BadRequest, PushItem, ack_result, body_object, iso_milli, new_uuid7,
+                         parse_ack_item, parse_group, parse_pop, parse_push, parse_push_item,
+                         pop_message, push_result, is_uuid)
+
+bp = Blueprint("messages")
+
+
+# -- push -------------------------------------------------------------------
+
+async def to_rows(app, items: list[PushItem], producer_sub: str | None = None) -> list[PushRow]:
+    """Mint message ids and encrypt payloads of encrypted queues."""
+    cipher = app.ctx.cipher
+    flags: dict[str, bool] = {}
+    if cipher is not None:
+        flags = await app.ctx.store.encryption_flags({i.queue for i in items})
+    rows = []
+    for item in items:
+        encrypt = cipher is not None and flags.get(item.queue, False)
+        rows.append(PushRow(
+            queue=item.queue, partition=item.partition, message_id=new_uuid7(),
+            transaction_id=item.transaction_id, trace_id=item.trace_id,
+            payload=cipher.encrypt(item.payload) if encrypt else item.payload,
+            encrypted=encrypt, producer_sub=producer_sub,
+        ))
+    return rows
+
+
+def wake_after_commit(app, pairs: set[tuple[str, str]]) -> None:
+    """Committed pushes wake parked pops on their queues (never before commit)."""
+    if pairs:
+        app.ctx.waiters.proxy().wake_many(sorted(pairs))  # fire and forget
+
+
+@bp.post("/api/v1/push")
+async def push(request: Request):
+    items = parse_push(read_json(request))
+    if not items:
+        return json([], status=201)
+    rows = await to_rows(request.app, items)
+    batch = await request.app.ctx.push_batcher.proxy().submit(rows)
+    results = await batch
+    wake_after_commit(request.app, {(i.queue, i.partition) for i, r in zip(items, results)
+                                    if r["status"] == "queued"})
+    return json([push_result(item, row, n) for n, (item, row) in enumerate(zip(items, results))])
+
+
+# -- pop --------------------------------------------------------------------
+
+@bp.get("/api/v1/pop/queue/<queue:str>/partition/<partition:str>")
+async def pop_partition(request: Request, queue: str, partition: str):
+    return await _pop(request, queue, partition)
+
+
+@bp.get("/api/v1/pop/queue/<queue:str>")
+async def pop_queue(request: Request, queue: str):
+    return await _pop(request, queue, None)
+
+
+@bp.get("/api/v1/pop")
+async def pop_discovery(request: Request):
+    return await _pop(request, None, None)
+
+
+async def _pop(request: Request, queue: str | None, partition: str | None):
+    app = request.app
+    settings = app.ctx.settings
+    req = parse_pop(args(request), queue=queue, partition=partition,
+                    default_batch=settings.default_batch_size,
+                    default_timeout_ms=settings.default_timeout,
+                    default_subscription_mode=settings.default_subscription_mode)
+    store = app.ctx.store
+    if req.subscription_mode is not None:
+        await store.ensure_subscription(
+            group=req.group, queue=req.queue or "", partition=req.partition or "",
+            namespace=req.namespace or "", task=req.task or "",
+            mode=req.subscription_mode, start=req.subscription_from)
+
+    lease_id = new_uuid7()
+    last_kind = ["empty"]
+
+    async def attempt(hints: list[str]) -> dict | None:
+        try:
+            rows = await store.pop(queue=req.queue, partition=req.partition,
+                                   namespace=req.namespace, task=req.task, group=req.group,
+                                   batch=req.batch, max_partitions=req.max_partitions,
+                                   auto_ack=req.auto_ack, lease_id=lease_id, hints=hints)
+        except StoreUnavailable:
+            if not req.wait:
+                raise
+            # A long poll rides out an outage: keep waiting, answer empty at the deadline.
+            logger.warning("pop on {}: database unavailable, still waiting", req.queue or "*")
+            return None
+        if rows[0]["kind"] != "msg":
+            last_kind[0] = rows[0]["kind"]
+            return None
+        return _pop_answer(app, req, rows, "" if req.auto_ack else lease_id)
+
+    if req.wait:
+        deadline = time.monotonic() + req.timeout_ms / 1000
+        result = await long_poll(
+            app.ctx.waiters, req.queue, attempt, deadline,
+            initial_ms=settings.pop_wait_initial_interval_ms,
+            threshold=settings.pop_wait_backoff_threshold,
+            multiplier=settings.pop_wait_backoff_multiplier,
+            max_ms=settings.pop_wait_max_interval_ms)
+        if result:
+            return json(result)
+        return json({"success": True, "queue": req.queue, "partition": req.partition,
+                     "partitionId": None, "leaseId": None, "consumerGroup": req.group,
+                     "messages": []})
+    result = await attempt([])
+    if result:
+        return json(result)
+    kind = last_kind[0]
+    if kind == "window_buffer":
+        return json({"success": True, "queue": req.queue, "partition": req.partition,
+                     "leaseId": "", "consumerGroup": req.group, "messages": [],
+                     "windowBufferActive": True})
+    reason = {"empty": "no_available_partition"}.get(kind, kind)
+    return json({"success": False, "error": reason, "messages": []})
+
+
+def _pop_answer(app, req, rows, lease_id: str) -> dict:
+    cipher = app.ctx.cipher
+    messages = []
+    partitions = []
+    for row in rows:
+        data = row["payload"]
+        if row["is_encrypted"] and cipher is not None:
+            data = cipher.decrypt(data)
+        messages.append(pop_message(row, data, req.group, lease_id))
+        if not partitions or partitions[-1] != row["partition_id"]:
+            partitions.append(row["partition_id"])
+    first = rows[0]
+    return {
+        "success": True,
+        "queue": first["queue_name"],
+        "partition": first["partition_name"],
+        "partitionId": str(first["partition_id"]),
+        "leaseId": lease_id,
+        "consumerGroup": req.group,
+        "partitionsClaimed": len(partitions),
+        "messages": messages,
+    }
+
+
+# -- ack --------------------------------------------------------------------
+
+async def _ack(request: Request, rows):
+    results = await (await request.app.ctx.ack_batcher.proxy().submit(rows))
+    return [ack_result(r, row.transaction_id, n) for n, (row, r) in enumerate(zip(rows, results))]
+
+
+@bp.post("/api/v1/ack")
+async def ack(request: Request):
+    body = body_object(read_json(request))
+    row = parse_ack_item(body, parse_group(body.get("consumerGroup")), batch=False)
+    return json(await _ack(request, [row]))
+
+
+@bp.post("/api/v1/ack/batch")
+async def ack_batch(request: Request):
+    body = body_object(read_json(request))
+    items = body.get("acknowledgments")
+    if not isinstance(items, list):
+        raise BadRequest("acknowledgments array is required")
+    group = parse_group(body.get("consumerGroup"))
+    rows = [parse_ack_item(item, group, batch=True) for item in items]
+    if not rows:
+        return json([])
+    return json(await _ack(request, rows))
+
+
+# -- transaction ------------------------------------------------------------
+
+def _parse_transaction(body: Any):
+    body = body_object(body)
+    ops = body.get("operations")
+    if not isinstance(ops, list):
+        raise BadRequest("operations array required")
+    if not ops:
+        raise BadRequest("operations array cannot be empty")
+    required = body.get("requiredLeases") or []
+    if not isinstance(required, list) or not all(is_uuid(x) for x in required):
+        raise BadRequest("requiredLeases must be an array of lease ids (UUIDs)")
+    required = list(dict.fromkeys(required))
+    flat: list[tuple[str, Any]] = []  # ("push", PushItem) | ("ack", AckRow)
+    for n, op in enumerate(ops):
+        if not isinstance(op, dict):
+            raise BadRequest(f"operations[{n}] must be an object")
+        kind = op.get("type")
+        if kind == "push":
+            items = op.get("items")
+            if not isinstance(items, list):
+                raise BadRequest(f"operations[{n}].items array is required")
+            flat += [("push", parse_push_item(it, i, default_payload={})) for i, it in enumerate(items)]
+        elif kind == "ack":
+            row = parse_ack_item(op, parse_group(op.get("consumerGroup")), batch=False)
+            if row.lease_id is None and len(required) == 1:
+                row = row.__class__(**{**row.__dict__, "lease_id": required[0]})
+            flat.append(("ack", row))
+        else:
+            raise BadRequest(f"operations[{n}].type must be 'push' or 'ack', got {kind!r}")
+    return flat, required
+
+
+@bp.post("/api/v1/transaction")
+async def transaction(request: Request):
+    flat, required = _parse_transaction(read_json(request))
+    app = request.app
+    push_items = [x for k, x in flat if k == "push"]
+    push_rows = iter(await to_rows(app, push_items)) if push_items else iter(())
+    steps: list[tuple[str, list]] = []
+    for kind, x in flat:
+        value = next(push_rows) if kind == "push" else x
+        if steps and steps[-1][0] == kind:
+            steps[-1][1].append(value)
+        else:
+            steps.append((kind, [value]))
+    txn_id = new_uuid7()
+    try:
+        step_results = await run_transaction(app.ctx.store, steps, required)
+        success, reason = True, None
+    except TransactionAborted as aborted:
+        step_results, success, reason = aborted.results, False, aborted.reason
+
+    results = []
+    flat_iter = iter(flat)
+    for (kind, rows), res in zip(steps, step_results):
+        for row, r in zip(rows, res):
+            _, item = next(flat_iter)
+            index = len(results)
+            if kind == "push":
+                results.append({"index": index, "type": "push", "success": True,
+                                "status": r["status"], "transactionId": item.transaction_id,
+                                "messageId": str(r["message_id"]),
+                                "partitionId": str(r["partition_id"]), "queueName": item.queue})
+            else:
+                results.append({"index": index, "type": "ack", "success": r["success"],
+                                "transactionId": item.transaction_id, "error": r["error"],
+                                "dlq": r["dlq"]})
+    if not success:
+        return json({"transactionId": txn_id, "success": False, "error": reason, "results": results})
+    wake_after_commit(app, {(item.queue, item.partition) for kind, item in flat
+                            if kind == "push"})
+    return json({"transactionId": txn_id, "success": True, "results": results})
+
+
+# -- lease ------------------------------------------------------------------
+
+@bp.post("/api/v1/lease/<lease_id:str>/extend")
+async def extend_lease(request: Request, lease_id: str):
+    body = body_object(read_json(request))
+    seconds = body.get("seconds", 60)
+    if seconds is None:
+        seconds = 60
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= 86400:
+        raise BadRequest("seconds must be an integer between 1 and 86400")
+    if not is_uuid(lease_id):
+        raise BadRequest(f"leaseId must be a UUID, got {lease_id!r}")
+    renewed, expires, err = await request.app.ctx.store.extend_lease(lease_id, seconds)
+    expires_at = iso_milli(expires)
+    return json({"leaseId": lease_id, "success": renewed > 0, "error": err,
+                 "expiresAt": expires_at, "newExpiresAt": expires_at, "renewed": renewed})

@@ -1,0 +1,318 @@
+"""The store: the only code that talks to PostgreSQL.
+
+Every public coroutine is one round trip for one request (or one fold of
+several requests), and raises :class:`StoreUnavailable` when PostgreSQL cannot
+be reached, so routes can answer 503 (and, later, the spool can take pushes).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import asyncpg
+import ujson
+from loguru import logger
+
+from broker.store import sql
+from broker.store.schema import apply_schema
+
+QUEUE_MODE = "__QUEUE_MODE__"
+
+
+class StoreUnavailable(Exception):
+    """PostgreSQL could not be reached (refused, timed out, pool exhausted)."""
+
+
+class StoreError(Exception):
+    """PostgreSQL refused the request; the message is safe to show a caller."""
+
+
+# Errors that mean "the database is not there" rather than "the request is wrong".
+_UNAVAILABLE = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.ConnectionFailureError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.InterfaceError,
+)
+
+
+@contextlib.contextmanager
+def _mapped_errors():
+    try:
+        yield
+    except _UNAVAILABLE as exc:
+        raise StoreUnavailable(f"database unavailable: {exc.__class__.__name__}: {exc}") from exc
+    except asyncpg.exceptions.PostgresError as exc:
+        raise StoreError(f"{exc.__class__.__name__}: {exc}") from exc
+
+
+def _dumps(value: Any) -> str:
+    return ujson.dumps(value, escape_forward_slashes=False)
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    await conn.set_type_codec("jsonb", encoder=_dumps, decoder=ujson.loads, schema="pg_catalog")
+    await conn.set_type_codec("json", encoder=_dumps, decoder=ujson.loads, schema="pg_catalog")
+
+
+@dataclass(frozen=True)
+class PushRow:
+    """One item of a push, validated and ready to insert."""
+    queue: str
+    partition: str
+    message_id: str
+    transaction_id: str
+    trace_id: str | None
+    payload: Any
+    encrypted: bool = False
+    producer_sub: str | None = None
+
+
+@dataclass(frozen=True)
+class AckRow:
+    transaction_id: str
+    partition_id: str
+    status: str
+    error: str | None
+    consumer_group: str
+    lease_id: str | None
+
+
+class Store:
+    def __init__(self, pool: asyncpg.Pool, acquire_timeout: float):
+        self.pool = pool
+        self._acquire_timeout = acquire_timeout
+        # queue name -> encryption flag; forgotten on configure/delete
+        self._encryption_flags: dict[str, bool] = {}
+
+    # -- lifecycle ---------------------------------------------------------
+    @classmethod
+    async def connect(cls, dsn: str, *, pool_size: int, connect_timeout_ms: int,
+                      statement_timeout_ms: int, lock_timeout_ms: int,
+                      idle_timeout_ms: int, application_name: str = "queen-broker",
+                      apply: bool = True) -> "Store":
+        server_settings = {
+            "timezone": "UTC",  # timestamps go out with a literal Z
+            "statement_timeout": str(statement_timeout_ms),
+            "lock_timeout": str(lock_timeout_ms),
+            "idle_in_transaction_session_timeout": str(idle_timeout_ms),
+            "application_name": application_name,
+        }
+        timeout = connect_timeout_ms / 1000
+        if apply:
+            conn = await asyncpg.connect(dsn, timeout=timeout, server_settings=server_settings)
+            try:
+                await apply_schema(conn)
+            finally:
+                await conn.close()
+        pool = await asyncpg.create_pool(
+            dsn, min_size=min(2, pool_size), max_size=pool_size, timeout=timeout,
+            server_settings=server_settings, init=_init_connection,
+            max_inactive_connection_lifetime=60,
+        )
+        return cls(pool, acquire_timeout=timeout)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    @contextlib.asynccontextmanager
+    async def connection(self):
+        with _mapped_errors():
+            async with self.pool.acquire(timeout=self._acquire_timeout) as conn:
+                yield conn
+
+    async def ping(self) -> bool:
+        try:
+            async with self.connection() as conn:
+                await conn.fetchval("SELECT 1")
+            return True
+        except (StoreUnavailable, StoreError):
+            return False
+
+    # -- queue configuration ----------------------------------------------
+    def forget_queue(self, queue: str) -> None:
+        """Drop cached configuration of a queue (configure, delete, peer hint)."""
+        self._encryption_flags.pop(queue, None)
+
+    def forget_all_queues(self) -> None:
+        self._encryption_flags.clear()
+
+    async def encryption_flags(self, queues: Iterable[str]) -> dict[str, bool]:
+        wanted = set(queues)
+        missing = [q for q in wanted if q not in self._encryption_flags]
+        if missing:
+            async with self.connection() as conn:
+                rows = await conn.fetch(sql.QUEUE_ENCRYPTION_FLAGS, missing)
+            found = {r["name"]: r["encryption_enabled"] for r in rows}
+            for q in missing:
+                # unknown queues are created unencrypted by the push itself
+                self._encryption_flags[q] = found.get(q, False)
+        return {q: self._encryption_flags[q] for q in wanted}
+
+    async def configure(self, queue: str, namespace: str | None, task: str | None,
+                        options: dict[str, Any]) -> asyncpg.Record:
+        """Upsert a queue; options (by wire name) left out keep their values."""
+        async with self.connection() as conn:
+            row = await conn.fetchrow(sql.CONFIGURE_QUEUE, queue, namespace, task,
+                                      *(options.get(name) for name, *_ in sql.QUEUE_OPTIONS))
+        self.forget_queue(queue)
+        return row
+
+    async def queue_options(self, queue: str) -> asyncpg.Record | None:
+        async with self.connection() as conn:
+            return await conn.fetchrow(sql.QUEUE_BY_NAME, queue)
+
+    async def delete_queue(self, queue: str) -> bool:
+        async with self.connection() as conn:
+            existed = await conn.fetchval(sql.DELETE_QUEUE, queue)
+        self.forget_queue(queue)
+        return bool(existed)
+
+    async def list_queues(self) -> list[asyncpg.Record]:
+        async with self.connection() as conn:
+            return await conn.fetch(sql.LIST_QUEUES)
+
+    async def queue_detail(self, queue: str) -> tuple[asyncpg.Record | None, list[asyncpg.Record]]:
+        async with self.connection() as conn:
+            q = await conn.fetchrow(sql.QUEUE_BY_NAME, queue)
+            if q is None:
+                return None, []
+            return q, await conn.fetch(sql.QUEUE_PARTITION_STATS, q["id"])
+
+    # -- data path ---------------------------------------------------------
+    @staticmethod
+    def _push_args(rows: Sequence[PushRow]) -> tuple:
+        return (
+            list(range(len(rows))),
+            [r.queue for r in rows],
+            [r.partition for r in rows],
+            [r.message_id for r in rows],
+            [r.transaction_id for r in rows],
+            [r.trace_id for r in rows],
+            [_dumps(r.payload) for r in rows],
+            [r.encrypted for r in rows],
+            [r.producer_sub for r in rows],
+        )
+
+    async def push(self, rows: Sequence[PushRow], conn: asyncpg.Connection | None = None
+                   ) -> list[asyncpg.Record]:
+        """Insert ``rows``; returns (idx, message_id, partition_id, status) in input order."""
+        if conn is not None:
+            with _mapped_errors():
+                return await conn.fetch(sql.PUSH, *self._push_args(rows))
+        async with self.connection() as c:
+            return await c.fetch(sql.PUSH, *self._push_args(rows))
+
+    async def pop(self, *, queue: str | None, partition: str | None, namespace: str | None,
+                  task: str | None, group: str, batch: int, max_partitions: int,
+                  auto_ack: bool, lease_id: str, hints: list[str] | None = None
+                  ) -> list[asyncpg.Record]:
+        async with self.connection() as conn:
+            return await conn.fetch(sql.POP, queue, partition, namespace, task, group, batch,
+                                    max_partitions, auto_ack, lease_id, hints or None)
+
+    @staticmethod
+    def _ack_args(rows: Sequence[AckRow]) -> tuple:
+        return (
+            list(range(len(rows))),
+            [r.transaction_id for r in rows],
+            [r.partition_id for r in rows],
+            [r.status for r in rows],
+            [r.error for r in rows],
+            [r.consumer_group for r in rows],
+            [r.lease_id for r in rows],
+        )
+
+    async def ack(self, rows: Sequence[AckRow], *, failed_to_dlq: bool = False,
+                  conn: asyncpg.Connection | None = None) -> list[asyncpg.Record]:
+        """Apply acknowledgements; returns one row per item, in input order."""
+        if conn is not None:
+            with _mapped_errors():
+                result = await conn.fetch(sql.ACK, *self._ack_args(rows), failed_to_dlq)
+        else:
+            async with self.connection() as c:
+                result = await c.fetch(sql.ACK, *self._ack_args(rows), failed_to_dlq)
+        return sorted(result, key=lambda r: r["idx"])
+
+    async def ensure_subscription(self, *, group: str, queue: str, partition: str,
+                                  namespace: str, task: str, mode: str, start: Any) -> None:
+        """Record where a named group starts, once (later requests cannot change it)."""
+        async with self.connection() as conn:
+            await conn.execute(sql.ENSURE_SUBSCRIPTION, group, queue, partition, namespace,
+                               task, mode, start)
+
+    async def extend_lease(self, lease_id: str, seconds: int) -> tuple[int, Any, str | None]:
+        """Returns (rows renewed, new expiry, error)."""
+        async with self.connection() as conn:
+            rows = await conn.fetch(sql.EXTEND_LEASE, lease_id, seconds)
+            if rows:
+                return len(rows), max(r["lease_expires_at"] for r in rows), None
+            # Nothing renewed: tell the caller why.
+            return 0, None, "Lease not found"
+
+    async def live_leases(self, lease_ids: list[str], conn: asyncpg.Connection) -> set[str]:
+        with _mapped_errors():
+            rows = await conn.fetch(sql.LIVE_LEASES, lease_ids)
+        return {str(r["lease_id"]) for r in rows}
+
+    # -- dead letters --------------------------------------------------------
+    async def dlq(self, *, queue: str | None, partition: str | None, group: str | None,
+                  since: Any, until: Any, limit: int, offset: int
+                  ) -> tuple[int, list[asyncpg.Record]]:
+        async with self.connection() as conn:
+            args = (queue, partition, group, since, until)
+            total = await conn.fetchval(sql.DLQ_COUNT, *args)
+            rows = await conn.fetch(sql.DLQ_PAGE, *args, limit, offset)
+        return total, rows
+
+    async def retry_dead_letter(self, partition_id: str, transaction_id: str
+                                ) -> list[asyncpg.Record]:
+        """Send a dead-lettered message back to its failing groups (see sql.RETRY_DLQ)."""
+        async with self.connection() as conn:
+            async with conn.transaction():
+                return await conn.fetch(sql.RETRY_DLQ, partition_id, transaction_id)
+
+
+class TransactionAborted(Exception):
+    def __init__(self, reason: str, results: list[dict]):
+        super().__init__(reason)
+        self.reason = reason
+        self.results = results
+
+
+async def run_transaction(store: Store, steps: list[tuple[str, list]],
+                          required_leases: list[str]) -> list:
+    """Run push and ack steps atomically, in order, on one connection.
+
+    ``steps`` is a list of ("push", [PushRow]) / ("ack", [AckRow]); consecutive
+    operations of one kind arrive folded into one step, so each step is one
+    round trip. Returns the per-step result rows. Any failed ack, or a
+    required lease that is not live, raises TransactionAborted and nothing is
+    committed. Acks marked failed go straight to the DLQ (api.md §7).
+    """
+    results: list = []
+    async with store.connection() as conn:
+        with _mapped_errors():
+            async with conn.transaction():
+                if required_leases:
+                    live = await store.live_leases(required_leases, conn)
+                    dead = [lid for lid in required_leases if lid not in live]
+                    if dead:
+                        raise TransactionAborted(f"Invalid or expired lease: {dead[0]}", results)
+                for kind, rows in steps:
+                    if kind == "push":
+                        results.append(await store.push(rows, conn=conn))
+                    else:
+                        acked = await store.ack(rows, failed_to_dlq=True, conn=conn)
+                        results.append(acked)
+                        bad = next((r for r in acked if not r["success"]), None)
+                        if bad is not None:
+                            raise TransactionAborted(bad["error"] or "ack failed", results)
+    return results

@@ -1,0 +1,384 @@
+-- Server-side functions for the data path. Each one is a single round trip for
+-- a whole request (or a fold of several concurrent requests): push, pop, ack.
+-- Applied after schema.sql with CREATE OR REPLACE at every boot.
+
+-------------------------------------------------------------------------------
+-- push_messages: insert a batch of items, creating queues and partitions on
+-- first use. Returns one row per input item: 'queued' or 'duplicate'.
+--
+-- Every touched partition row is locked (in id order, so concurrent pushes
+-- never deadlock) before anything is read or written. Holding the lock:
+--   * dedup by (partition, transaction_id) is exact: no concurrent push can
+--     insert the same transaction id between our check and our insert;
+--   * positions (seq) are handed out in commit order.
+-- Within one call the first occurrence of a transaction id wins.
+-- Payloads arrive as JSON text (asyncpg cannot encode a jsonb[] of mixed
+-- JSON values: nested lists read as array dimensions).
+-------------------------------------------------------------------------------
+DROP FUNCTION IF EXISTS queen.push_messages(integer[], text[], text[], uuid[], text[], uuid[], jsonb[], boolean[], text[]);
+CREATE OR REPLACE FUNCTION queen.push_messages(
+    p_idx integer[], p_queue text[], p_partition text[], p_id uuid[],
+    p_txid text[], p_trace uuid[], p_payload text[], p_encrypted boolean[],
+    p_sub text[])
+RETURNS TABLE (idx integer, message_id uuid, partition_id uuid, status text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    INSERT INTO queen.queues AS q (name, namespace, task)
+    SELECT DISTINCT n, split_part(n, '.', 1), split_part(n, '.', 2)
+    FROM unnest(p_queue) AS n ORDER BY 1
+    ON CONFLICT (name) DO NOTHING;
+
+    INSERT INTO queen.partitions AS pt (queue_id, name)
+    SELECT DISTINCT q.id, x.pn
+    FROM unnest(p_queue, p_partition) AS x(qn, pn)
+    JOIN queen.queues q ON q.name = x.qn
+    ORDER BY 1, 2
+    ON CONFLICT (queue_id, name) DO NOTHING;
+
+    PERFORM 1 FROM queen.partitions pt
+    WHERE pt.id IN (
+        SELECT p2.id FROM unnest(p_queue, p_partition) AS x(qn, pn)
+        JOIN queen.queues q ON q.name = x.qn
+        JOIN queen.partitions p2 ON p2.queue_id = q.id AND p2.name = x.pn)
+    ORDER BY pt.id
+    FOR UPDATE;
+
+    -- A new statement, so a new snapshot: it sees every push that committed
+    -- while we waited for the locks above.
+    RETURN QUERY
+    WITH items AS (
+        SELECT x.*, p2.id AS pid
+        FROM unnest(p_idx, p_queue, p_partition, p_id, p_txid, p_trace, p_payload, p_encrypted, p_sub)
+             AS x(i, qn, pn, mid, txid, trace, payload, enc, sub)
+        JOIN queen.queues q ON q.name = x.qn
+        JOIN queen.partitions p2 ON p2.queue_id = q.id AND p2.name = x.pn
+    ),
+    firsts AS (
+        SELECT DISTINCT ON (it.pid, it.txid) it.*
+        FROM items it ORDER BY it.pid, it.txid, it.i
+    ),
+    fresh AS (
+        SELECT f.*, row_number() OVER (PARTITION BY f.pid ORDER BY f.i) AS rn
+        FROM firsts f
+        WHERE NOT EXISTS (SELECT 1 FROM queen.messages m
+                          WHERE m.partition_id = f.pid AND m.transaction_id = f.txid)
+    ),
+    bumped AS (
+        UPDATE queen.partitions pt
+        SET last_seq = pt.last_seq + c.n, last_message_at = now(), last_activity = now()
+        FROM (SELECT fr.pid, count(*) AS n FROM fresh fr GROUP BY fr.pid) c
+        WHERE pt.id = c.pid
+        RETURNING pt.id, pt.last_seq - c.n AS base
+    ),
+    inserted AS (
+        INSERT INTO queen.messages AS m
+            (id, partition_id, seq, transaction_id, trace_id, payload, is_encrypted, producer_sub)
+        SELECT fr.mid, fr.pid, b.base + fr.rn, fr.txid, fr.trace,
+               coalesce(fr.payload, 'null')::jsonb, coalesce(fr.enc, false), fr.sub
+        FROM fresh fr JOIN bumped b ON b.id = fr.pid
+        RETURNING m.id, m.partition_id, m.transaction_id
+    )
+    SELECT it.i,
+           coalesce(ins.id, old.id),
+           it.pid,
+           CASE WHEN ins.id = it.mid THEN 'queued' ELSE 'duplicate' END
+    FROM items it
+    LEFT JOIN inserted ins ON ins.partition_id = it.pid AND ins.transaction_id = it.txid
+    LEFT JOIN queen.messages old ON old.partition_id = it.pid AND old.transaction_id = it.txid
+    ORDER BY it.i;
+END;
+$$;
+
+-------------------------------------------------------------------------------
+-- subscription_start: where a named group's cursor starts on first contact
+-- with a partition. NULL means "from the beginning". The most specific stored
+-- subscription wins: partition, then queue, then namespace/task.
+-------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION queen.subscription_start(
+    p_group text, p_queue text, p_partition text, p_namespace text, p_task text)
+RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT m.subscription_timestamp
+    FROM queen.consumer_groups_metadata m
+    WHERE m.consumer_group = p_group
+      AND ((m.queue_name = p_queue AND m.partition_name IN (p_partition, ''))
+           OR (m.queue_name = '' AND m.namespace <> '' AND m.namespace = p_namespace
+               AND (m.task = '' OR m.task = p_task))
+           OR (m.queue_name = '' AND m.namespace = '' AND m.task <> '' AND m.task = p_task))
+    ORDER BY (m.queue_name <> '') DESC, (m.partition_name <> '') DESC
+    LIMIT 1
+$$;
+
+-------------------------------------------------------------------------------
+-- pop_messages: claim up to p_max_partitions partitions for a consumer group
+-- and read up to p_batch messages after the group's cursor (budget shared).
+--
+-- Scope: one partition (p_partition not null), one queue (wildcard) or every
+-- queue matching p_namespace/p_task (p_queue null). p_hints are partition
+-- names to try first (wake hints).
+--
+-- Rows with kind = 'msg' are messages, grouped by partition in claim order and
+-- ordered by position inside each. When nothing is delivered a single row
+-- explains why: kind = 'partition_not_found' | 'lease_held' |
+-- 'window_buffer' | 'empty'.
+--
+-- One lease per claimed partition row, all sharing p_lease_id. A partition
+-- that yields no message is not leased. With p_auto_ack the cursor moves in
+-- the same transaction and no lease is taken.
+-------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION queen.pop_messages(
+    p_queue text, p_partition text, p_namespace text, p_task text,
+    p_group text, p_batch integer, p_max_partitions integer, p_auto_ack boolean,
+    p_lease_id uuid, p_hints text[])
+RETURNS TABLE (kind text, queue_name text, partition_name text, partition_id uuid,
+               message_id uuid, transaction_id text, trace_id uuid, payload jsonb,
+               is_encrypted boolean, producer_sub text, created_at timestamptz,
+               seq bigint, retry_count integer)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    c record;
+    lc record;
+    m record;
+    budget integer := greatest(p_batch, 1);
+    claimed integer := 0;
+    got integer;
+    last_seq_read bigint;
+    last_id uuid;
+    last_created timestamptz;
+    start_ts timestamptz;
+    start_seq bigint;
+    reason text := 'empty';
+    saw_candidate boolean := false;
+BEGIN
+    FOR c IN
+        SELECT q.name AS qn, q.namespace AS ns, q.task AS tk, q.lease_time, q.delayed_processing,
+               q.window_buffer, pt.id AS pid, pt.name AS pn, pt.last_seq, pt.last_message_at,
+               l.cursor_seq, l.lease_expires_at
+        FROM queen.queues q
+        JOIN queen.partitions pt ON pt.queue_id = q.id
+        LEFT JOIN queen.log_consumers l ON l.partition_id = pt.id AND l.consumer_group = p_group
+        WHERE (p_queue IS NULL OR q.name = p_queue)
+          AND (p_queue IS NOT NULL OR p_namespace IS NULL OR q.namespace = p_namespace)
+          AND (p_queue IS NOT NULL OR p_task IS NULL OR q.task = p_task)
+          AND (p_partition IS NULL OR pt.name = p_partition)
+          -- the wildcard only looks at partitions with something after the cursor
+          AND (p_partition IS NOT NULL OR pt.last_seq > coalesce(l.cursor_seq, 0))
+          AND (p_partition IS NOT NULL OR l.lease_expires_at IS NULL OR l.lease_expires_at <= now())
+        ORDER BY (pt.name = ANY(coalesce(p_hints, '{}'))) DESC,
+                 coalesce(l.lease_acquired_at, '-infinity'::timestamptz), pt.id
+        LIMIT CASE WHEN p_partition IS NULL THEN greatest(p_max_partitions, 1) * 4 + 16 ELSE 1 END
+    LOOP
+        saw_candidate := true;
+        IF c.window_buffer > 0 AND c.last_message_at IS NOT NULL
+           AND c.last_message_at > now() - make_interval(secs => c.window_buffer) THEN
+            reason := 'window_buffer';
+            CONTINUE;
+        END IF;
+
+        -- First contact: the cursor starts per the group's subscription.
+        IF c.cursor_seq IS NULL THEN
+            start_seq := 0;
+            IF p_group <> '__QUEUE_MODE__' THEN
+                start_ts := queen.subscription_start(p_group, c.qn, c.pn, c.ns, c.tk);
+                IF start_ts IS NOT NULL THEN
+                    SELECT coalesce(max(mm.seq), 0) INTO start_seq
+                    FROM queen.messages mm
+                    WHERE mm.partition_id = c.pid AND mm.created_at <= start_ts;
+                END IF;
+            END IF;
+            INSERT INTO queen.log_consumers AS l (partition_id, consumer_group, cursor_seq)
+            VALUES (c.pid, p_group, start_seq)
+            ON CONFLICT ON CONSTRAINT log_consumers_pkey DO NOTHING;
+        END IF;
+
+        -- Claim: a row another consumer is claiming right now is skipped.
+        SELECT * INTO lc FROM queen.log_consumers l
+        WHERE l.partition_id = c.pid AND l.consumer_group = p_group
+        FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND OR (lc.lease_expires_at IS NOT NULL AND lc.lease_expires_at > now()) THEN
+            reason := 'lease_held';
+            CONTINUE;
+        END IF;
+
+        got := 0;
+        FOR m IN
+            SELECT mm.id, mm.transaction_id, mm.trace_id, mm.payload, mm.is_encrypted,
+                   mm.producer_sub, mm.created_at, mm.seq
+            FROM queen.messages mm
+            WHERE mm.partition_id = c.pid AND mm.seq > lc.cursor_seq
+              AND (c.delayed_processing <= 0
+                   OR mm.created_at <= now() - make_interval(secs => c.delayed_processing))
+            ORDER BY mm.seq
+            LIMIT budget
+        LOOP
+            got := got + 1;
+            last_seq_read := m.seq; last_id := m.id; last_created := m.created_at;
+            kind := 'msg'; queue_name := c.qn; partition_name := c.pn; partition_id := c.pid;
+            message_id := m.id; transaction_id := m.transaction_id; trace_id := m.trace_id;
+            payload := m.payload; is_encrypted := m.is_encrypted; producer_sub := m.producer_sub;
+            created_at := m.created_at; seq := m.seq; retry_count := lc.batch_retry_count;
+            RETURN NEXT;
+        END LOOP;
+
+        IF got = 0 THEN
+            CONTINUE;
+        END IF;
+
+        IF p_auto_ack THEN
+            UPDATE queen.log_consumers l
+            SET cursor_seq = last_seq_read, last_consumed_id = last_id,
+                last_consumed_created_at = last_created, last_consumed_at = now(),
+                total_messages_consumed = l.total_messages_consumed + got,
+                total_batches_consumed = l.total_batches_consumed + 1,
+                lease_id = NULL, lease_expires_at = NULL, lease_last_seq = NULL,
+                batch_size = 0, acked_count = 0
+            WHERE l.partition_id = c.pid AND l.consumer_group = p_group;
+        ELSE
+            UPDATE queen.log_consumers l
+            SET lease_id = p_lease_id, lease_acquired_at = now(),
+                lease_expires_at = now() + make_interval(secs => CASE WHEN c.lease_time > 0 THEN c.lease_time ELSE 60 END),
+                lease_last_seq = last_seq_read, batch_size = got, acked_count = 0
+            WHERE l.partition_id = c.pid AND l.consumer_group = p_group;
+        END IF;
+
+        claimed := claimed + 1;
+        budget := budget - got;
+        EXIT WHEN claimed >= greatest(p_max_partitions, 1) OR budget <= 0 OR p_partition IS NOT NULL;
+    END LOOP;
+
+    IF claimed = 0 THEN
+        kind := CASE WHEN NOT saw_candidate AND p_partition IS NOT NULL THEN 'partition_not_found'
+                     ELSE reason END;
+        queue_name := NULL; partition_name := NULL; partition_id := NULL; message_id := NULL;
+        transaction_id := NULL; trace_id := NULL; payload := NULL; is_encrypted := NULL;
+        producer_sub := NULL; created_at := NULL; seq := NULL; retry_count := NULL;
+        RETURN NEXT;
+    END IF;
+END;
+$$;
+
+-------------------------------------------------------------------------------
+-- ack_messages: apply a batch of acknowledgements. Returns one row per item.
+--
+-- Items are grouped by (partition, consumer group); each group's cursor row is
+-- locked (in key order) and updated once, after its items were applied in
+-- position order in memory. Statuses:
+--   completed/success  cursor moves to the message (never backwards);
+--                      the lease is released once the cursor reaches the
+--                      newest message the lease handed out.
+--   failed             below retryLimit: lease released, retry counter + 1,
+--                      cursor unchanged (the batch comes back).
+--                      at retryLimit (or p_failed_to_dlq): dead-lettered.
+--   dlq                dead-lettered: DLQ row, cursor moves past it.
+--   retry              lease released, nothing else.
+-- A non-null lease id must be the live lease of that (partition, group);
+-- an ack of a message the cursor already passed succeeds again.
+-------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION queen.ack_messages(
+    p_idx integer[], p_txid text[], p_pid uuid[], p_status text[], p_error text[],
+    p_group text[], p_lease uuid[], p_failed_to_dlq boolean)
+RETURNS TABLE (idx integer, success boolean, error text, queue_name text,
+               partition_name text, lease_released boolean, dlq boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    g record;
+    it record;
+    lc record;
+    cur bigint; cur_id uuid; cur_created timestamptz;
+    l_id uuid; l_exp timestamptz; l_last bigint;
+    retries integer; acked integer; consumed integer; released_by_failure boolean;
+    did_release boolean;
+BEGIN
+    FOR g IN
+        SELECT DISTINCT x.pid, x.grp, pt.id IS NOT NULL AS known, q.name AS qn, pt.name AS pn, q.retry_limit
+        FROM unnest(p_pid, p_group) AS x(pid, grp)
+        LEFT JOIN queen.partitions pt ON pt.id = x.pid
+        LEFT JOIN queen.queues q ON q.id = pt.queue_id
+        ORDER BY x.pid, x.grp
+    LOOP
+        IF NOT g.known THEN
+            RETURN QUERY
+            SELECT x.i, false, 'Message not found'::text, NULL::text, NULL::text, false, false
+            FROM unnest(p_idx, p_pid, p_group) AS x(i, pid, grp)
+            WHERE x.pid = g.pid AND x.grp = g.grp;
+            CONTINUE;
+        END IF;
+
+        INSERT INTO queen.log_consumers AS l (partition_id, consumer_group)
+        VALUES (g.pid, g.grp)
+        ON CONFLICT ON CONSTRAINT log_consumers_pkey DO NOTHING;
+        SELECT * INTO lc FROM queen.log_consumers l
+        WHERE l.partition_id = g.pid AND l.consumer_group = g.grp FOR UPDATE;
+
+        cur := lc.cursor_seq; cur_id := lc.last_consumed_id; cur_created := lc.last_consumed_created_at;
+        l_id := lc.lease_id; l_exp := lc.lease_expires_at; l_last := lc.lease_last_seq;
+        retries := lc.batch_retry_count; acked := lc.acked_count; consumed := 0;
+        released_by_failure := false;
+
+        FOR it IN
+            SELECT x.i, x.st, x.err, x.lease, mm.id AS mid, mm.seq AS mseq, mm.created_at AS mcreated
+            FROM unnest(p_idx, p_txid, p_pid, p_status, p_error, p_group, p_lease)
+                 AS x(i, txid, pid, st, err, grp, lease)
+            LEFT JOIN queen.messages mm ON mm.partition_id = x.pid AND mm.transaction_id = x.txid
+            WHERE x.pid = g.pid AND x.grp = g.grp
+            ORDER BY mm.seq NULLS FIRST, x.i
+        LOOP
+            idx := it.i; queue_name := g.qn; partition_name := g.pn;
+            success := true; error := NULL; lease_released := false; dlq := false;
+            did_release := false;
+
+            IF it.mid IS NULL THEN
+                success := false; error := 'Message not found';
+            ELSIF it.mseq <= cur THEN
+                NULL;  -- already acknowledged (or dead-lettered): success again
+            ELSIF it.lease IS NOT NULL AND (l_id IS DISTINCT FROM it.lease OR l_exp IS NULL OR l_exp <= now()) THEN
+                success := false; error := 'Invalid or expired lease';
+            ELSIF released_by_failure THEN
+                -- an earlier failure in this call already sent the batch back
+                lease_released := true;
+            ELSIF it.st IN ('completed', 'success') THEN
+                cur := it.mseq; cur_id := it.mid; cur_created := it.mcreated;
+                acked := acked + 1; consumed := consumed + 1;
+            ELSIF it.st = 'retry' THEN
+                did_release := true;
+            ELSIF it.st = 'failed' AND NOT p_failed_to_dlq AND retries < g.retry_limit THEN
+                retries := retries + 1; did_release := true; released_by_failure := true;
+            ELSIF it.st IN ('failed', 'dlq') THEN
+                INSERT INTO queen.dead_letter_queue
+                    (message_id, partition_id, consumer_group, error_message, retry_count, original_created_at)
+                VALUES (it.mid, g.pid, g.grp,
+                        coalesce(it.err, CASE WHEN it.st = 'failed' AND NOT p_failed_to_dlq
+                                              THEN 'Retries exhausted' ELSE 'Unknown error' END),
+                        retries, it.mcreated);
+                cur := it.mseq; cur_id := it.mid; cur_created := it.mcreated;
+                acked := acked + 1; retries := 0; dlq := true;
+                IF p_failed_to_dlq THEN did_release := true; END IF;
+            ELSE
+                success := false; error := 'Invalid status: ' || coalesce(it.st, 'null');
+            END IF;
+
+            IF success AND l_id IS NOT NULL AND (did_release OR (l_last IS NOT NULL AND cur >= l_last)) THEN
+                l_id := NULL; l_exp := NULL; l_last := NULL; acked := 0;
+                IF NOT did_release THEN retries := 0; END IF;
+                lease_released := true;
+            END IF;
+            RETURN NEXT;
+        END LOOP;
+
+        UPDATE queen.log_consumers l
+        SET cursor_seq = cur, last_consumed_id = cur_id, last_consumed_created_at = cur_created,
+            lease_id = l_id, lease_expires_at = l_exp, lease_last_seq = l_last,
+            lease_acquired_at = CASE WHEN l_id IS NULL THEN NULL ELSE l.lease_acquired_at END,
+            batch_size = CASE WHEN l_id IS NULL THEN 0 ELSE l.batch_size END,
+            acked_count = acked, batch_retry_count = retries,
+            total_messages_consumed = l.total_messages_consumed + consumed,
+            total_batches_consumed = l.total_batches_consumed
+                + CASE WHEN lc.lease_id IS NOT NULL AND l_id IS NULL THEN 1 ELSE 0 END,
+            last_consumed_at = CASE WHEN consumed > 0 THEN now() ELSE l.last_consumed_at END
+        WHERE l.partition_id = g.pid AND l.consumer_group = g.grp;
+    END LOOP;
+END;
+$$;

@@ -1,0 +1,180 @@
+"""Every SQL statement the broker runs, as named and documented blocks.
+
+The heavy lifting of push, pop and ack lives in server-side functions
+(functions.sql) so that each request is a single round trip.
+"""
+
+PUSH = "SELECT idx, message_id, partition_id, status FROM queen.push_messages($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+"""Insert items (parallel arrays); one row per item, 'queued' or 'duplicate'."""
+
+POP = """
+SELECT * FROM queen.pop_messages($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+"""
+"""Claim partitions and read messages; see queen.pop_messages."""
+
+ACK = "SELECT * FROM queen.ack_messages($1, $2, $3, $4, $5, $6, $7, $8)"
+"""Apply acknowledgements (parallel arrays); one row per item."""
+
+ENSURE_SUBSCRIPTION = """
+INSERT INTO queen.consumer_groups_metadata
+    (consumer_group, queue_name, partition_name, namespace, task,
+     subscription_mode, subscription_timestamp)
+VALUES ($1, $2, $3, $4, $5, $6, coalesce($7::timestamptz, now()))
+ON CONFLICT (consumer_group, queue_name, partition_name, namespace, task) DO NOTHING
+"""
+"""Store a named group's subscription the first time it is seen; never change it."""
+
+EXTEND_LEASE = """
+UPDATE queen.log_consumers
+SET lease_expires_at = greatest(lease_expires_at, now() + make_interval(secs => $2))
+WHERE lease_id = $1 AND lease_expires_at > now()
+RETURNING lease_expires_at
+"""
+"""Renew every still-live (partition, group) row holding this lease."""
+
+LIVE_LEASES = """
+SELECT DISTINCT lease_id FROM queen.log_consumers
+WHERE lease_id = ANY($1::uuid[]) AND lease_expires_at > now()
+"""
+"""Which of these lease ids are live right now."""
+
+QUEUE_ENCRYPTION_FLAGS = """
+SELECT name, encryption_enabled FROM queen.queues WHERE name = ANY($1::text[])
+"""
+
+QUEUE_OPTIONS = (
+    # (wire name, column, SQL type, default)
+    ("priority", "priority", "integer", 0),
+    ("leaseTime", "lease_time", "integer", 300),
+    ("retryLimit", "retry_limit", "integer", 3),
+    ("retryDelay", "retry_delay", "integer", 1000),
+    ("maxSize", "max_size", "integer", 0),
+    ("ttl", "ttl", "integer", 3600),
+    ("deadLetterQueue", "dead_letter_queue", "boolean", False),
+    ("dlqAfterMaxRetries", "dlq_after_max_retries", "boolean", False),
+    ("delayedProcessing", "delayed_processing", "integer", 0),
+    ("windowBuffer", "window_buffer", "integer", 0),
+    ("retentionSeconds", "retention_seconds", "integer", 0),
+    ("completedRetentionSeconds", "completed_retention_seconds", "integer", 0),
+    ("retentionEnabled", "retention_enabled", "boolean", False),
+    ("encryptionEnabled", "encryption_enabled", "boolean", False),
+    ("maxWaitTimeSeconds", "max_wait_time_seconds", "integer", 0),
+)
+"""Every queue option: its wire name, column, type and default."""
+
+
+def _configure_queue_sql() -> str:
+    # $1 name, $2 namespace, $3 task, then one parameter per option. A NULL
+    # parameter means "left out": a new queue takes the default, an existing
+    # queue keeps its current value.
+    cols = ", ".join(col for _, col, _, _ in QUEUE_OPTIONS)
+    values = ", ".join(f"coalesce(${i}::{typ}, {str(d).lower()})"
+                       for i, (_, _, typ, d) in enumerate(QUEUE_OPTIONS, start=4))
+    updates = ",\n        ".join(f"{col} = coalesce(${i}::{typ}, q.{col})"
+                                  for i, (_, col, typ, _) in enumerate(QUEUE_OPTIONS, start=4))
+    return f"""
+WITH q AS (
+    INSERT INTO queen.queues AS q (name, namespace, task, {cols})
+    VALUES ($1, coalesce($2::text, split_part($1, '.', 1)), coalesce($3::text, split_part($1, '.', 2)),
+            {values})
+    ON CONFLICT (name) DO UPDATE SET
+        namespace = coalesce($2::text, q.namespace),
+        task = coalesce($3::text, q.task),
+        {updates},
+        updated_at = now()
+    RETURNING q.*
+), p AS (
+    INSERT INTO queen.partitions (queue_id, name)
+    SELECT id, 'Default' FROM q
+    ON CONFLICT (queue_id, name) DO UPDATE SET last_activity = now()
+    RETURNING id
+)
+SELECT q.*, p.id AS default_partition_id FROM q, p
+"""
+
+
+CONFIGURE_QUEUE = _configure_queue_sql()
+"""Upsert a queue (options left out keep their values; a new queue gets the
+defaults) and make sure its Default partition exists."""
+
+QUEUE_BY_NAME = "SELECT * FROM queen.queues WHERE name = $1"
+
+DELETE_QUEUE = """
+WITH gone AS (DELETE FROM queen.queues WHERE name = $1 RETURNING 1)
+SELECT count(*) > 0 FROM gone
+"""
+"""Delete a queue; partitions, messages, cursors and DLQ rows go by cascade."""
+
+LIST_QUEUES = """
+SELECT q.id, q.name, q.namespace, q.task, q.priority, q.created_at,
+       (SELECT count(*) FROM queen.partitions p WHERE p.queue_id = q.id) AS partitions,
+       (SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+        WHERE p.queue_id = q.id) AS total,
+       (SELECT coalesce(sum(greatest(p.last_seq - coalesce(l.cursor_seq, 0), 0)), 0)
+        FROM queen.partitions p
+        LEFT JOIN queen.log_consumers l ON l.partition_id = p.id AND l.consumer_group = '__QUEUE_MODE__'
+        WHERE p.queue_id = q.id) AS pending,
+       (SELECT count(*) FROM queen.log_consumers l JOIN queen.partitions p ON p.id = l.partition_id
+        WHERE p.queue_id = q.id AND l.lease_expires_at > now()) AS processing
+FROM queen.queues q
+ORDER BY q.created_at DESC
+"""
+"""Queues, newest first, with exact (not cached) counters for queue mode."""
+
+QUEUE_PARTITION_STATS = """
+SELECT p.id, p.name, p.created_at, p.last_seq,
+       (SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id) AS total,
+       greatest(p.last_seq - coalesce(l.cursor_seq, 0), 0) AS pending,
+       CASE WHEN l.lease_expires_at > now() THEN greatest(coalesce(l.lease_last_seq, 0) - l.cursor_seq, 0)
+            ELSE 0 END AS processing,
+       coalesce(l.cursor_seq, 0) AS completed,
+       (SELECT count(*) FROM queen.dead_letter_queue d WHERE d.partition_id = p.id) AS dead_letter,
+       (SELECT min(m.created_at) FROM queen.messages m WHERE m.partition_id = p.id) AS oldest,
+       (SELECT max(m.created_at) FROM queen.messages m WHERE m.partition_id = p.id) AS newest
+FROM queen.partitions p
+LEFT JOIN queen.log_consumers l ON l.partition_id = p.id AND l.consumer_group = '__QUEUE_MODE__'
+WHERE p.queue_id = $1
+ORDER BY p.name
+"""
+"""Per-partition counters of a queue, measured against queue mode's cursor."""
+
+_DLQ_FILTER = """
+FROM queen.dead_letter_queue d
+JOIN queen.messages m ON m.id = d.message_id
+JOIN queen.partitions p ON p.id = d.partition_id
+JOIN queen.queues q ON q.id = p.queue_id
+WHERE ($1::text IS NULL OR q.name = $1)
+  AND ($2::text IS NULL OR p.name = $2)
+  AND ($3::text IS NULL OR d.consumer_group = $3)
+  AND ($4::timestamptz IS NULL OR d.failed_at >= $4)
+  AND ($5::timestamptz IS NULL OR d.failed_at <= $5)
+"""
+
+DLQ_COUNT = "SELECT count(*) " + _DLQ_FILTER
+"""How many dead letters match the filters (queue, partition, group, from, to)."""
+
+DLQ_PAGE = """
+SELECT d.id, m.transaction_id, d.partition_id, q.name AS queue, p.name AS partition,
+       d.consumer_group, d.error_message, d.retry_count, m.payload, m.is_encrypted,
+       m.producer_sub, m.created_at, d.failed_at
+""" + _DLQ_FILTER + """
+ORDER BY d.failed_at DESC, d.id
+LIMIT $6 OFFSET $7
+"""
+"""One page of dead letters, newest failure first."""
+
+RETRY_DLQ = """
+WITH dead AS (
+    DELETE FROM queen.dead_letter_queue d
+    USING queen.messages m
+    WHERE d.message_id = m.id AND m.partition_id = $1::uuid AND m.transaction_id = $2
+    RETURNING d.consumer_group, m.id AS message_id
+)
+SELECT dead.consumer_group, m.transaction_id, m.trace_id, m.payload, m.is_encrypted,
+       m.producer_sub, p.name AS partition, q.name AS queue
+FROM dead
+JOIN queen.messages m ON m.id = dead.message_id
+JOIN queen.partitions p ON p.id = m.partition_id
+JOIN queen.queues q ON q.id = p.queue_id
+"""
+"""Remove a message's dead-letter rows; returns what is needed to push a copy."""
