@@ -43,13 +43,16 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             idle_timeout_ms=settings.db_idle_timeout,
             application_name=f"queen-broker:{settings.queen_server_id}")
         app.ctx.store = store
+        # Refs for long_poll, proxies (built once: pykka introspects on each
+        # proxy() call) for everything else.
         app.ctx.waiters = PopWaiterRegistry.start()
+        app.ctx.waiters_proxy = app.ctx.waiters.proxy()
         app.ctx.push_batcher = Batcher.start(
             store.push, max_items=settings.push_max_batch_items,
-            max_concurrent=settings.push_max_concurrent, name="push")
+            max_concurrent=settings.push_max_concurrent, name="push").proxy()
         app.ctx.ack_batcher = Batcher.start(
             store.ack, max_items=settings.ack_max_batch_items,
-            max_concurrent=settings.ack_max_concurrent, name="ack")
+            max_concurrent=settings.ack_max_concurrent, name="ack").proxy()
         logger.info("broker {} serving on http://{}:{}", settings.queen_server_id,
                     settings.host, settings.port)
 

@@ -151,7 +151,7 @@ async def health(request: Request):
         "worker_id": settings.worker_id,
         "version": "1.0.0",
         "brokerVersion": broker.__version__,
-        "shared_state": {"parkedPops": await app.ctx.waiters.proxy().parked_count()},
+        "shared_state": {"parkedPops": await app.ctx.waiters_proxy.parked_count()},
         "queen": {"worker_id": settings.worker_id, "status": "active"},
     }
     return json(body, status=200 if ok else 503)

@@ -40,7 +40,7 @@ async def to_rows(app, items: list[PushItem], producer_sub: str | None = None) -
 def wake_after_commit(app, pairs: set[tuple[str, str]]) -> None:
     """Committed pushes wake parked pops on their queues (never before commit)."""
     if pairs:
-        app.ctx.waiters.proxy().wake_many(sorted(pairs))  # fire and forget
+        app.ctx.waiters_proxy.wake_many(sorted(pairs))  # fire and forget
 
 
 @bp.post("/api/v1/push")
@@ -49,7 +49,7 @@ async def push(request: Request):
     if not items:
         return json([], status=201)
     rows = await to_rows(request.app, items)
-    batch = await request.app.ctx.push_batcher.proxy().submit(rows)
+    batch = await request.app.ctx.push_batcher.submit(rows)
     results = await batch
     wake_after_commit(request.app, {(i.queue, i.partition) for i, r in zip(items, results)
                                     if r["status"] == "queued"})
@@ -159,7 +159,7 @@ def _pop_answer(app, req, rows, lease_id: str) -> dict:
 # -- ack --------------------------------------------------------------------
 
 async def _ack(request: Request, rows):
-    results = await (await request.app.ctx.ack_batcher.proxy().submit(rows))
+    results = await (await request.app.ctx.ack_batcher.submit(rows))
     return [ack_result(r, row.transaction_id, n) for n, (row, r) in enumerate(zip(rows, results))]
 
 

@@ -1,0 +1,153 @@
+"""Shared fixtures: a real PostgreSQL and real broker processes.
+
+PostgreSQL: the server named by PG_HOST/PG_PORT/PG_USER/PG_PASSWORD/PG_DB when
+PG_HOST is set, otherwise an embedded PostgreSQL started for the session in a
+temporary directory. Brokers are real ``python -m broker`` processes on
+loopback, pointed at that database.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Database:
+    host: str
+    port: int
+    user: str
+    password: str
+    db: str
+    embedded: object | None = None
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://{self.user}:{self.password}@{self.host}:{self.port}/{self.db}"
+
+    def env(self) -> dict[str, str]:
+        return {"PG_HOST": self.host, "PG_PORT": str(self.port), "PG_USER": self.user,
+                "PG_PASSWORD": self.password, "PG_DB": self.db}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def database():
+    if os.environ.get("PG_HOST"):
+        yield Database(os.environ["PG_HOST"], int(os.environ.get("PG_PORT", "5432")),
+                       os.environ.get("PG_USER", "postgres"),
+                       os.environ.get("PG_PASSWORD", "postgres"),
+                       os.environ.get("PG_DB", "postgres"))
+        return
+    from broker.embedded_pg import EmbeddedPostgres
+    data_dir = Path(tempfile.mkdtemp(prefix="qpg", dir="/tmp")) / "data"
+    pg = EmbeddedPostgres(data_dir, port=free_port())
+    pg.start()
+    try:
+        yield Database(pg.host, pg.port, "postgres", "postgres", "postgres", embedded=pg)
+    finally:
+        pg.stop(mode="immediate")
+        shutil.rmtree(data_dir.parent, ignore_errors=True)
+
+
+@dataclass
+class BrokerProcess:
+    url: str
+    port: int
+    env: dict[str, str]
+    proc: subprocess.Popen
+    log_path: Path
+    extra: dict = field(default_factory=dict)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def start_broker(database: Database, tmp: Path, **env_overrides: str) -> BrokerProcess:
+    port = free_port()
+    env = {**os.environ, **database.env(), "HOST": "127.0.0.1", "PORT": str(port),
+           "LOG_LEVEL": "INFO", "FILE_BUFFER_DIR": str(tmp / f"buffers-{port}"),
+           "QUEEN_MESH_PEERS": "", "DB_POOL_SIZE": "10", **env_overrides}
+    log_path = tmp / f"broker-{port}.log"
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "broker"], cwd=ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    broker = BrokerProcess(url, port, env, proc, log_path)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"broker exited with {proc.returncode}:\n{broker.log()}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return broker
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    broker.stop()
+    raise RuntimeError(f"broker did not become healthy:\n{broker.log()}")
+
+
+@pytest.fixture(scope="session")
+def broker_factory(database, tmp_path_factory):
+    """Start extra brokers with their own environment; all stopped at session end."""
+    started: list[BrokerProcess] = []
+    tmp = tmp_path_factory.mktemp("brokers")
+
+    def make(**env: str) -> BrokerProcess:
+        b = start_broker(database, tmp, **env)
+        started.append(b)
+        return b
+
+    yield make
+    for b in started:
+        b.stop()
+
+
+@pytest.fixture(scope="session")
+def broker(broker_factory) -> BrokerProcess:
+    """The shared broker most tests use (encryption key set, defaults otherwise)."""
+    return broker_factory(QUEEN_ENCRYPTION_KEY="11" * 32)
+
+
+@pytest.fixture(scope="session")
+def base_url(broker) -> str:
+    return broker.url
+
+
+@pytest.fixture
+def queue_name() -> str:
+    """A fresh queue name per test (``test-`` prefix, like Queen's own cleanup)."""
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def http(base_url):
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        yield client
