@@ -6,8 +6,7 @@ from sanic import Blueprint, Request
 
 import broker
 from broker.http import args, error, json, read_json
-from broker.routes.messages import to_rows, wake_after_commit
-from broker.store.db import PushRow
+from broker.routes.messages import wake_after_commit
 from broker.wire import (BadRequest, PushItem, iso_milli, is_uuid, new_uuid7, parse_configure,
                          parse_timestamp, q_int, q_str, queue_options)
 
@@ -115,26 +114,17 @@ async def retry_dead_letter(request: Request, partition_id: str, transaction_id:
     if not is_uuid(partition_id):
         raise BadRequest(f"partitionId must be a UUID, got {partition_id!r}")
     app = request.app
-    store = app.ctx.store
-    async with store.connection() as conn:
-        async with conn.transaction():
-            from broker.store import sql
-            dead = await conn.fetch(sql.RETRY_DLQ, partition_id, transaction_id)
-            if not dead:
-                return error("Message not found in the dead-letter queue", 404)
-            first = dead[0]
-            copy_txid = f"{transaction_id}:retry:{new_uuid7()}"
-            row = PushRow(queue=first["queue"], partition=first["partition"],
-                          message_id=new_uuid7(), transaction_id=copy_txid,
-                          trace_id=str(first["trace_id"]) if first["trace_id"] else None,
-                          payload=first["payload"], encrypted=first["is_encrypted"],
-                          producer_sub=first["producer_sub"])
-            pushed = await store.push([row], conn=conn)
+    copy_txid = f"{transaction_id}:retry:{new_uuid7()}"
+    dead, pushed = await app.ctx.store.retry_dead_letter(partition_id, transaction_id,
+                                                         new_uuid7(), copy_txid)
+    if not dead:
+        return error("Message not found in the dead-letter queue", 404)
+    first = dead[0]
     wake_after_commit(app, {(first["queue"], first["partition"])})
     return json({"retried": True, "transactionId": transaction_id,
                  "consumerGroup": first["consumer_group"],
                  "consumerGroups": sorted({r["consumer_group"] for r in dead}),
-                 "newTransactionId": copy_txid, "messageId": str(pushed[0]["message_id"])})
+                 "newTransactionId": copy_txid, "messageId": str(pushed["message_id"])})
 
 
 # -- health -----------------------------------------------------------------

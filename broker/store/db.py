@@ -255,7 +255,8 @@ class Store:
             if rows:
                 return len(rows), max(r["lease_expires_at"] for r in rows), None
             # Nothing renewed: tell the caller why.
-            return 0, None, "Lease not found"
+            known = await conn.fetchval(sql.LEASE_KNOWN, lease_id)
+            return 0, None, "Lease already expired" if known else "Lease not found"
 
     async def live_leases(self, lease_ids: list[str], conn: asyncpg.Connection) -> set[str]:
         with _mapped_errors():
@@ -272,13 +273,27 @@ class Store:
             rows = await conn.fetch(sql.DLQ_PAGE, *args, limit, offset)
         return total, rows
 
-    async def retry_dead_letter(self, partition_id: str, transaction_id: str
-                                ) -> list[asyncpg.Record]:
-        """Send a dead-lettered message back to its failing groups (see sql.RETRY_DLQ)."""
+    async def retry_dead_letter(self, partition_id: str, transaction_id: str,
+                                copy_message_id: str, copy_transaction_id: str
+                                ) -> tuple[list[asyncpg.Record], asyncpg.Record | None]:
+        """Remove a message's DLQ rows and push a copy of it to the same partition,
+        atomically. Returns (removed DLQ rows, push row of the copy); ([], None)
+        when the message is not dead-lettered."""
         async with self.connection() as conn:
-            async with conn.transaction():
-                return await conn.fetch(sql.RETRY_DLQ, partition_id, transaction_id)
-
+            with _mapped_errors():
+                async with conn.transaction():
+                    dead = await conn.fetch(sql.RETRY_DLQ, partition_id, transaction_id)
+                    if not dead:
+                        return [], None
+                    first = dead[0]
+                    copy = PushRow(queue=first["queue"], partition=first["partition"],
+                                   message_id=copy_message_id,
+                                   transaction_id=copy_transaction_id,
+                                   trace_id=str(first["trace_id"]) if first["trace_id"] else None,
+                                   payload=first["payload"], encrypted=first["is_encrypted"],
+                                   producer_sub=first["producer_sub"])
+                    pushed = await conn.fetch(sql.PUSH, *self._push_args([copy]))
+        return dead, pushed[0]
 
 class TransactionAborted(Exception):
     def __init__(self, reason: str, results: list[dict]):

@@ -32,6 +32,9 @@ RETURNING lease_expires_at
 """
 """Renew every still-live (partition, group) row holding this lease."""
 
+LEASE_KNOWN = "SELECT EXISTS (SELECT 1 FROM queen.log_consumers WHERE lease_id = $1)"
+"""Does any (partition, group) row still name this lease (live or expired)?"""
+
 LIVE_LEASES = """
 SELECT DISTINCT lease_id FROM queen.log_consumers
 WHERE lease_id = ANY($1::uuid[]) AND lease_expires_at > now()

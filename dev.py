@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Bootstrap and run, on a machine that has nothing but python3.
+
+    python3 dev.py run      # start the broker (embedded PostgreSQL, 127.0.0.1:6632)
+    python3 dev.py test     # run the whole test suite
+    python3 dev.py bench    # run the benchmarks in benchmarks/
+
+Each command first makes sure ./.venv exists and holds this project (and, for
+test and bench, its test dependencies). Extra arguments are passed on
+(to queen-broker, pytest or the benchmark script).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / "bin"
+
+
+def ensure_venv(extras: str) -> None:
+    if not (BIN / "python").exists():
+        print(f"dev.py: creating {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    # Reinstall only when pyproject.toml (or the extras asked for) changed.
+    stamp = VENV / f".installed-{extras or 'base'}"
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text() == digest:
+        return
+    target = f".[{extras}]" if extras else "."
+    print(f"dev.py: installing {target} into {VENV}", flush=True)
+    subprocess.run([str(BIN / "python"), "-m", "pip", "install", "--quiet", "--upgrade", "pip"],
+                   check=True, cwd=ROOT)
+    subprocess.run([str(BIN / "python"), "-m", "pip", "install", "--quiet", "-e", target],
+                   check=True, cwd=ROOT)
+    stamp.write_text(digest)
+
+
+def main() -> int:
+    if len(sys.argv) < 2 or sys.argv[1] not in ("run", "test", "bench"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    command, rest = sys.argv[1], sys.argv[2:]
+    if command == "run":
+        ensure_venv("")
+        argv = [str(BIN / "queen-broker"), *rest]
+    elif command == "test":
+        ensure_venv("test")
+        argv = [str(BIN / "python"), "-m", "pytest", *rest]
+    else:
+        ensure_venv("test")
+        argv = [str(BIN / "python"), str(ROOT / "benchmarks" / "run.py"), *rest]
+    os.chdir(ROOT)
+    os.execv(argv[0], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
