@@ -43,10 +43,17 @@ _UNAVAILABLE = (
 )
 
 
+class StoreConflict(StoreError):
+    """PostgreSQL aborted the transaction (deadlock, serialization); safe to rerun."""
+
+
 @contextlib.contextmanager
 def _mapped_errors():
     try:
         yield
+    except (asyncpg.exceptions.DeadlockDetectedError,
+            asyncpg.exceptions.SerializationError) as exc:
+        raise StoreConflict(f"{exc.__class__.__name__}: {exc}") from exc
     except _UNAVAILABLE as exc:
         raise StoreUnavailable(f"database unavailable: {exc.__class__.__name__}: {exc}") from exc
     except asyncpg.exceptions.PostgresError as exc:
@@ -312,6 +319,20 @@ async def run_transaction(store: Store, steps: list[tuple[str, list]],
     required lease that is not live, raises TransactionAborted and nothing is
     committed. Acks marked failed go straight to the DLQ (api.md §7).
     """
+    for attempt in range(3):
+        try:
+            return await _transaction_once(store, steps, required_leases)
+        except StoreConflict:
+            # Two transactions locked partitions and cursors in opposite orders;
+            # PostgreSQL aborted this one, so nothing was committed: run it again.
+            if attempt == 2:
+                raise StoreError("transaction kept deadlocking; retry later") from None
+            logger.info("transaction deadlocked; retrying")
+    raise AssertionError("unreachable")
+
+
+async def _transaction_once(store: Store, steps: list[tuple[str, list]],
+                            required_leases: list[str]) -> list:
     results: list = []
     async with store.connection() as conn:
         with _mapped_errors():

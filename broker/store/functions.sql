@@ -7,7 +7,10 @@
 -- first use. Returns one row per input item: 'queued' or 'duplicate'.
 --
 -- Every touched partition row is locked (in id order, so concurrent pushes
--- never deadlock) before anything is read or written. Holding the lock:
+-- never deadlock) before anything is read or written. The lock is FOR NO KEY
+-- UPDATE: it serialises pushes to a partition but does not conflict with the
+-- KEY SHARE locks that inserts of cursor or DLQ rows take on the partition
+-- (a plain FOR UPDATE would let a pop and a push deadlock). Holding the lock:
 --   * dedup by (partition, transaction_id) is exact: no concurrent push can
 --     insert the same transaction id between our check and our insert;
 --   * positions (seq) are handed out in commit order.
@@ -42,7 +45,7 @@ BEGIN
         JOIN queen.queues q ON q.name = x.qn
         JOIN queen.partitions p2 ON p2.queue_id = q.id AND p2.name = x.pn)
     ORDER BY pt.id
-    FOR UPDATE;
+    FOR NO KEY UPDATE;
 
     -- A new statement, so a new snapshot: it sees every push that committed
     -- while we waited for the locks above.
