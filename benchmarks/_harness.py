@@ -80,7 +80,10 @@ class Broker:
                "QUEEN_MESH_PEERS": "", **env_overrides}
         self.log_path = self.tmp / "broker.log"
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "broker"], cwd=ROOT, env=env,
+        # BENCH_BROKER_ROOT: run the broker from another checkout (e.g. to compare two
+        # revisions with the same benchmark script); ``-m`` imports from the working directory.
+        root = Path(os.environ.get("BENCH_BROKER_ROOT") or ROOT)
+        self.proc = subprocess.Popen([sys.executable, "-m", "broker"], cwd=root, env=env,
                                      stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -108,3 +111,106 @@ class Broker:
                 self.proc.wait(5)
         self._log.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# A minimal HTTP/1.1 keep-alive client (--client raw)
+# ----------------------------------------------------------------------------------------------
+
+class RawResponse:
+    __slots__ = ("status_code", "content")
+
+    def __init__(self, status_code: int, content: bytes) -> None:
+        self.status_code = status_code
+        self.content = content
+
+    @property
+    def text(self) -> str:
+        return self.content.decode(errors="replace")
+
+    def json(self):
+        import json
+        return json.loads(self.content)
+
+
+class RawHTTPClient:
+    """Just enough HTTP/1.1 for the benchmarks: keep-alive connections, Content-Length bodies.
+
+    httpx costs ~1-2 ms of client CPU per request, which on a 2-core machine shared with the
+    broker and PostgreSQL caps a load generator near 500 req/s; this client costs a tenth of
+    that, so small-request benchmarks measure the broker rather than the client.  The interface
+    is the subset of ``httpx.AsyncClient`` the benchmarks use.
+    """
+
+    def __init__(self, base_url: str, max_connections: int = 64) -> None:
+        import asyncio
+        from urllib.parse import urlsplit
+        parts = urlsplit(base_url)
+        self._host, self._port = parts.hostname, parts.port or 80
+        self._idle: list = []
+        self._sem = asyncio.Semaphore(max_connections)
+        self._host_header = f"{self._host}:{self._port}".encode()
+
+    async def __aenter__(self) -> "RawHTTPClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        while self._idle:
+            _, writer = self._idle.pop()
+            writer.close()
+
+    async def get(self, path: str, **kw) -> RawResponse:
+        return await self.request("GET", path, **kw)
+
+    async def post(self, path: str, content: bytes | str = b"", headers: dict | None = None,
+                   **kw) -> RawResponse:
+        return await self.request("POST", path, content=content, headers=headers)
+
+    async def request(self, method: str, path: str, content: bytes | str = b"",
+                      headers: dict | None = None) -> RawResponse:
+        import asyncio
+        if isinstance(content, str):
+            content = content.encode()
+        head = [f"{method} {path} HTTP/1.1".encode(), b"Host: " + self._host_header]
+        for k, v in (headers or {}).items():
+            head.append(f"{k}: {v}".encode())
+        if content or method == "POST":
+            head.append(b"Content-Length: " + str(len(content)).encode())
+        data = b"\r\n".join(head) + b"\r\n\r\n" + content
+        async with self._sem:
+            for attempt in (0, 1):
+                reused = bool(self._idle)
+                if reused:
+                    reader, writer = self._idle.pop()
+                else:
+                    reader, writer = await asyncio.open_connection(self._host, self._port)
+                try:
+                    writer.write(data)
+                    status_line = await reader.readuntil(b"\r\n")
+                    header_blob = await reader.readuntil(b"\r\n\r\n")
+                except (ConnectionError, asyncio.IncompleteReadError):
+                    writer.close()
+                    if reused and attempt == 0:
+                        continue  # a keep-alive connection the server closed: retry once, fresh
+                    raise
+                status = int(status_line.split(b" ", 2)[1])
+                length, close = 0, False
+                for line in header_blob.split(b"\r\n"):
+                    name, _, value = line.partition(b":")
+                    name = name.strip().lower()
+                    if name == b"content-length":
+                        length = int(value)
+                    elif name == b"connection" and value.strip().lower() == b"close":
+                        close = True
+                    elif name == b"transfer-encoding":
+                        raise RuntimeError("chunked responses are not supported by RawHTTPClient")
+                body = await reader.readexactly(length) if length else b""
+                if close:
+                    writer.close()
+                else:
+                    self._idle.append((reader, writer))
+                return RawResponse(status, body)
+        raise RuntimeError("unreachable")

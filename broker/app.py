@@ -9,6 +9,10 @@ from sanic.response import HTTPResponse
 
 from actors.batcher import Batcher
 from actors.pop_waiters import PopWaiterRegistry
+from actors.hotlist import HotListActor
+from actors.mesh import Mesh
+from actors.mesh.hints import Hints
+from actors.reconciler import CacheReconciler, MaintenanceFlags, QueueConfigCache
 from actors.runtime import stop_all
 from broker.config import Settings
 from broker.crypto import PayloadCipher
@@ -47,6 +51,37 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         # proxy() call) for everything else.
         app.ctx.waiters = PopWaiterRegistry.start()
         app.ctx.waiters_proxy = app.ctx.waiters.proxy()
+        cache = QueueConfigCache(store.load_encryption_flags)
+        flags = MaintenanceFlags()
+        try:  # seed both flags from the database (unreachable: off)
+            state = await store.read_system_flags()
+            flags.push = state.get("maintenance_mode", False)
+            flags.pop = state.get("pop_maintenance_mode", False)
+        except (StoreUnavailable, StoreError) as exc:
+            logger.warning("could not read maintenance flags at boot ({}); assuming off", exc)
+        app.ctx.queue_cache, app.ctx.flags = cache, flags
+        app.ctx.reconciler = CacheReconciler.start(
+            cache, flags, store.read_system_flags, settings.queen_cache_refresh_interval_ms)
+        app.ctx.hotlist = None
+        if settings.queen_hotlist:
+            app.ctx.hotlist = HotListActor.start(
+                reseed_ms=settings.queen_hotlist_reseed_ms,
+                track_dirty=settings.mesh_active).proxy()
+        hints = Hints(waiters=app.ctx.waiters_proxy, cache=cache, flags=flags,
+                      hotlist=app.ctx.hotlist)
+        app.ctx.hints = hints
+        app.ctx.mesh = None
+        if settings.mesh_active:
+            mesh = Mesh(server_id=settings.queen_server_id, port=settings.queen_mesh_port,
+                        peers=settings.queen_mesh_peers, secret=settings.queen_sync_secret,
+                        heartbeat_ms=settings.queen_sync_heartbeat_ms,
+                        dead_threshold_ms=settings.queen_sync_dead_threshold_ms,
+                        on_frame=hints.on_frame)
+            await mesh.start()  # a bind failure is logged; the local waker still works
+            app.ctx.mesh = hints.mesh = mesh
+            hints.start_dirty_flusher()
+        elif settings.queen_sync_enabled:
+            logger.info("mesh sync enabled but no peers configured: local waker only")
         app.ctx.push_batcher = Batcher.start(
             store.push, max_items=settings.push_max_batch_items,
             max_concurrent=settings.push_max_concurrent, name="push").proxy()
@@ -58,6 +93,9 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
 
     @app.after_server_stop
     async def stop(app: Sanic) -> None:
+        await app.ctx.hints.stop()
+        if app.ctx.mesh is not None:
+            await app.ctx.mesh.stop()
         await stop_all()
         await app.ctx.store.close()
 

@@ -278,8 +278,12 @@ VARIABLES: list[Variable] = [
        "Silence after which a peer counts as dead (> heartbeat).", _POSITIVE),
     _v("QUEEN_CACHE_REFRESH_INTERVAL_MS", "60000", "ms",
        "Full refresh of cached queue configuration.", _POSITIVE),
+    _v("QUEEN_HOTLIST", "true", "bool",
+       "Serve wildcard pops from the in-memory hot-list of pending partitions; false = "
+       "scan PostgreSQL on every wildcard pop.", _bool),
     _v("QUEEN_HOTLIST_RESEED_MS", "30000", "ms",
-       "Rebuild of the list of partitions with pending messages.", _POSITIVE),
+       "Floor for rebuilding each hot-list from PostgreSQL, even when it is not empty "
+       "(plus up to 15 s of per-group jitter).", _POSITIVE),
     # Spool
     _v("FILE_BUFFER_DIR", ".queen/buffers", "path",
        "Spool directory for pushes accepted while the database is down.", _path),
@@ -374,6 +378,7 @@ class Settings:
     queen_sync_heartbeat_ms: int
     queen_sync_dead_threshold_ms: int
     queen_cache_refresh_interval_ms: int
+    queen_hotlist: bool
     queen_hotlist_reseed_ms: int
     # Spool
     file_buffer_dir: Path

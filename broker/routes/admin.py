@@ -18,6 +18,7 @@ async def configure(request: Request):
     queue, namespace, task, options = parse_configure(read_json(request))
     app = request.app
     row = await app.ctx.store.configure(queue, namespace, task, options)
+    app.ctx.hints.queue_config_changed(queue, deleted=False)
     if row["encryption_enabled"] and app.ctx.cipher is None:
         logger.warning("queue {} has encryptionEnabled but QUEEN_ENCRYPTION_KEY is not set: "
                        "its payloads are stored in clear", queue)
@@ -70,6 +71,7 @@ async def get_queue(request: Request, queue: str):
 @bp.delete("/api/v1/resources/queues/<queue:str>")
 async def delete_queue(request: Request, queue: str):
     existed = await request.app.ctx.store.delete_queue(queue)
+    request.app.ctx.hints.queue_config_changed(queue, deleted=True)
     return json({"deleted": True, "queue": queue, "existed": existed})
 
 
@@ -141,7 +143,35 @@ async def health(request: Request):
         "worker_id": settings.worker_id,
         "version": "1.0.0",
         "brokerVersion": broker.__version__,
-        "shared_state": {"parkedPops": await app.ctx.waiters_proxy.parked_count()},
+        "shared_state": await shared_state(app),
         "queen": {"worker_id": settings.worker_id, "status": "active"},
     }
     return json(body, status=200 if ok else 503)
+
+
+async def shared_state(app) -> dict:
+    """The cluster view of this broker (behaviour.md §3.6): mesh stats under
+    ``transport``, the config cache, peer liveness and the maintenance flags."""
+    settings = app.ctx.settings
+    mesh = app.ctx.mesh
+    transport = mesh.stats() if mesh is not None else None
+    return {
+        "enabled": settings.queen_sync_enabled,
+        "running": mesh is not None,
+        "server_id": settings.queen_server_id,
+        "transport": transport,
+        "queue_config_cache": app.ctx.queue_cache.stats(),
+        "server_health": {
+            "servers_tracked": (transport["servers_alive"] + transport["servers_dead"]) if transport else 0,
+            "servers_alive": transport["servers_alive"] if transport else 0,
+            "servers_dead": transport["servers_dead"] if transport else 0,
+        },
+        "maintenance_mode": app.ctx.flags.push,
+        "pop_maintenance_mode": app.ctx.flags.pop,
+        "parkedPops": await app.ctx.waiters_proxy.parked_count(),
+    }
+
+
+@bp.get("/api/v1/system/shared-state")
+async def shared_state_route(request: Request):
+    return json(await shared_state(request.app))

@@ -1,6 +1,7 @@
 """Push, pop, ack, transaction and lease routes: the data path (api.md §4–§8)."""
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -24,7 +25,7 @@ async def to_rows(app, items: list[PushItem], producer_sub: str | None = None) -
     cipher = app.ctx.cipher
     flags: dict[str, bool] = {}
     if cipher is not None:
-        flags = await app.ctx.store.encryption_flags({i.queue for i in items})
+        flags = await app.ctx.queue_cache.encryption_flags({i.queue for i in items})
     rows = []
     for item in items:
         encrypt = cipher is not None and flags.get(item.queue, False)
@@ -38,9 +39,9 @@ async def to_rows(app, items: list[PushItem], producer_sub: str | None = None) -
 
 
 def wake_after_commit(app, pairs: set[tuple[str, str]]) -> None:
-    """Committed pushes wake parked pops on their queues (never before commit)."""
+    """Committed pushes wake parked pops here and on peers (never before commit)."""
     if pairs:
-        app.ctx.waiters_proxy.wake_many(sorted(pairs))  # fire and forget
+        app.ctx.hints.pushed(sorted(pairs))
 
 
 @bp.post("/api/v1/push")
@@ -87,25 +88,30 @@ async def _pop(request: Request, queue: str | None, partition: str | None):
             namespace=req.namespace or "", task=req.task or "",
             mode=req.subscription_mode, start=req.subscription_from)
 
+    flags = app.ctx.flags
+    if flags.pop:
+        return await _paused_pop(req)
+
     lease_id = new_uuid7()
     last_kind = ["empty"]
 
     async def attempt(hints: list[str]) -> dict | None:
+        if flags.pop:  # switched on while this pop was parked: answer empty
+            last_kind[0] = "paused"
+            return None
         try:
-            rows = await store.pop(queue=req.queue, partition=req.partition,
-                                   namespace=req.namespace, task=req.task, group=req.group,
-                                   batch=req.batch, max_partitions=req.max_partitions,
-                                   auto_ack=req.auto_ack, lease_id=lease_id, hints=hints)
+            rows = await _claim(app, req, lease_id, hints)
         except StoreUnavailable:
             if not req.wait:
                 raise
             # A long poll rides out an outage: keep waiting, answer empty at the deadline.
             logger.warning("pop on {}: database unavailable, still waiting", req.queue or "*")
             return None
-        if rows[0]["kind"] != "msg":
-            last_kind[0] = rows[0]["kind"]
+        messages = [r for r in rows if r["kind"] == "msg"]
+        if not messages:
+            last_kind[0] = rows[-1]["kind"] if rows and rows[-1]["kind"] != "verdict" else "empty"
             return None
-        return _pop_answer(app, req, rows, "" if req.auto_ack else lease_id)
+        return _pop_answer(app, req, messages, "" if req.auto_ack else lease_id)
 
     if req.wait:
         deadline = time.monotonic() + req.timeout_ms / 1000
@@ -117,6 +123,8 @@ async def _pop(request: Request, queue: str | None, partition: str | None):
             max_ms=settings.pop_wait_max_interval_ms)
         if result:
             return json(result)
+        if last_kind[0] == "paused":
+            return json({"messages": [], "paused": True})
         return json({"success": True, "queue": req.queue, "partition": req.partition,
                      "partitionId": None, "leaseId": None, "consumerGroup": req.group,
                      "messages": []})
@@ -130,6 +138,66 @@ async def _pop(request: Request, queue: str | None, partition: str | None):
                      "windowBufferActive": True})
     reason = {"empty": "no_available_partition"}.get(kind, kind)
     return json({"success": False, "error": reason, "messages": []})
+
+
+# A few candidates beyond the claim budget, so a false positive at the head of
+# the ring does not turn a pop with pending partitions into an empty answer.
+EXTRA_CANDIDATES = 3
+
+
+async def _claim(app, req, lease_id: str, hints: list[str]) -> list:
+    """One pop attempt. Wildcard pops on one queue take their candidates from
+    the hot-list (seeding it from PostgreSQL on first use and when the reseed
+    floor is due) and report back what PostgreSQL made of each; every other
+    pop lets PostgreSQL scan."""
+    store, hotlist = app.ctx.store, app.ctx.hotlist
+    common = dict(queue=req.queue, partition=req.partition, namespace=req.namespace,
+                  task=req.task, group=req.group, batch=req.batch,
+                  max_partitions=req.max_partitions, auto_ack=req.auto_ack, lease_id=lease_id)
+    if hotlist is None or req.queue is None or req.partition is not None:
+        return await store.pop(**common, hints=hints)
+
+    want = req.max_partitions + EXTRA_CANDIDATES
+    take = await hotlist.take(req.queue, req.group, want)
+    if take.needs_seed:
+        try:
+            pending = await store.pending_partitions(req.queue, req.group)
+        except Exception:
+            hotlist.seed_aborted(req.queue, req.group)
+            raise
+        await hotlist.seed(req.queue, req.group, pending)
+        take = await hotlist.take(req.queue, req.group, want)
+    candidates = list(dict.fromkeys([*hints, *(name for name, _ in take.entries)]))
+    if not candidates:
+        return [{"kind": "empty"}]
+    rows = await store.pop(**common, hints=candidates, only_hints=True)
+    if take.entries:
+        hotlist.check_in(req.queue, req.group, _verdicts(take.entries, rows))
+    return rows
+
+
+def _verdicts(taken: list[tuple[str, int]], rows: list) -> list[tuple]:
+    """Hot-list check-in from the pop's verdict rows. A taken partition without a
+    verdict was not looked at: requeued when the claim budget ran out, otherwise
+    it no longer exists (cleared as empty)."""
+    seen = {r["partition_name"]: (r["verdict"], r["verdict_secs"])
+            for r in rows if r["kind"] == "verdict"}
+    budget_ran_out = any(r["kind"] == "msg" for r in rows)
+    out = []
+    for name, epoch in taken:
+        verdict, secs = seen.get(name, ("requeue" if budget_ran_out else "empty", None))
+        if verdict == "leased" and secs is not None:
+            secs = time.monotonic() + secs  # the hot-list keeps monotonic time
+        out.append((name, epoch, verdict, secs))
+    return out
+
+
+async def _paused_pop(req):
+    """Pop maintenance: empty, without touching the database, but still holding a
+    waiting pop until its timeout so consumers do not spin."""
+    if req.wait:
+        await asyncio.sleep(req.timeout_ms / 1000)
+    return json({"messages": [], "paused": True})
 
 
 def _pop_answer(app, req, rows, lease_id: str) -> dict:
@@ -159,7 +227,14 @@ def _pop_answer(app, req, rows, lease_id: str) -> dict:
 # -- ack --------------------------------------------------------------------
 
 async def _ack(request: Request, rows):
-    results = await (await request.app.ctx.ack_batcher.submit(rows))
+    app = request.app
+    results = await (await app.ctx.ack_batcher.submit(rows))
+    if app.ctx.hotlist is not None:
+        # A released lease may put a partition with more messages back in the ring.
+        for row, r in zip(rows, results):
+            if r["lease_released"]:
+                app.ctx.hotlist.ack_released(r["queue_name"], row.consumer_group,
+                                             r["partition_name"])
     return [ack_result(r, row.transaction_id, n) for n, (row, r) in enumerate(zip(rows, results))]
 
 

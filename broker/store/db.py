@@ -96,8 +96,6 @@ class Store:
     def __init__(self, pool: asyncpg.Pool, acquire_timeout: float):
         self.pool = pool
         self._acquire_timeout = acquire_timeout
-        # queue name -> encryption flag; forgotten on configure/delete
-        self._encryption_flags: dict[str, bool] = {}
 
     # -- lifecycle ---------------------------------------------------------
     @classmethod
@@ -143,25 +141,18 @@ class Store:
         except (StoreUnavailable, StoreError):
             return False
 
-    # -- queue configuration ----------------------------------------------
-    def forget_queue(self, queue: str) -> None:
-        """Drop cached configuration of a queue (configure, delete, peer hint)."""
-        self._encryption_flags.pop(queue, None)
+    # -- queue configuration and system state ------------------------------
+    async def load_encryption_flags(self, queues: list[str]) -> dict[str, bool]:
+        """Encryption flag of each existing queue (uncached; see QueueConfigCache)."""
+        async with self.connection() as conn:
+            rows = await conn.fetch(sql.QUEUE_ENCRYPTION_FLAGS, queues)
+        return {r["name"]: r["encryption_enabled"] for r in rows}
 
-    def forget_all_queues(self) -> None:
-        self._encryption_flags.clear()
-
-    async def encryption_flags(self, queues: Iterable[str]) -> dict[str, bool]:
-        wanted = set(queues)
-        missing = [q for q in wanted if q not in self._encryption_flags]
-        if missing:
-            async with self.connection() as conn:
-                rows = await conn.fetch(sql.QUEUE_ENCRYPTION_FLAGS, missing)
-            found = {r["name"]: r["encryption_enabled"] for r in rows}
-            for q in missing:
-                # unknown queues are created unencrypted by the push itself
-                self._encryption_flags[q] = found.get(q, False)
-        return {q: self._encryption_flags[q] for q in wanted}
+    async def read_system_flags(self) -> dict[str, bool]:
+        """Both maintenance flags from queen.system_state."""
+        async with self.connection() as conn:
+            rows = await conn.fetch(sql.SYSTEM_FLAGS)
+        return {r["key"]: bool(r["enabled"]) for r in rows}
 
     async def configure(self, queue: str, namespace: str | None, task: str | None,
                         options: dict[str, Any]) -> asyncpg.Record:
@@ -169,7 +160,6 @@ class Store:
         async with self.connection() as conn:
             row = await conn.fetchrow(sql.CONFIGURE_QUEUE, queue, namespace, task,
                                       *(options.get(name) for name, *_ in sql.QUEUE_OPTIONS))
-        self.forget_queue(queue)
         return row
 
     async def queue_options(self, queue: str) -> asyncpg.Record | None:
@@ -179,7 +169,6 @@ class Store:
     async def delete_queue(self, queue: str) -> bool:
         async with self.connection() as conn:
             existed = await conn.fetchval(sql.DELETE_QUEUE, queue)
-        self.forget_queue(queue)
         return bool(existed)
 
     async def list_queues(self) -> list[asyncpg.Record]:
@@ -219,11 +208,19 @@ class Store:
 
     async def pop(self, *, queue: str | None, partition: str | None, namespace: str | None,
                   task: str | None, group: str, batch: int, max_partitions: int,
-                  auto_ack: bool, lease_id: str, hints: list[str] | None = None
-                  ) -> list[asyncpg.Record]:
+                  auto_ack: bool, lease_id: str, hints: list[str] | None = None,
+                  only_hints: bool = False) -> list[asyncpg.Record]:
+        """Claim and read; ``hints`` are tried first, and with ``only_hints`` they are
+        the only partitions looked at (the hot-list's candidates)."""
         async with self.connection() as conn:
             return await conn.fetch(sql.POP, queue, partition, namespace, task, group, batch,
-                                    max_partitions, auto_ack, lease_id, hints or None)
+                                    max_partitions, auto_ack, lease_id, hints or None,
+                                    only_hints)
+
+    async def pending_partitions(self, queue: str, group: str, limit: int = 100_000) -> list[str]:
+        async with self.connection() as conn:
+            rows = await conn.fetch(sql.PENDING_PARTITIONS, queue, group, limit)
+        return [r["name"] for r in rows]
 
     @staticmethod
     def _ack_args(rows: Sequence[AckRow]) -> tuple:

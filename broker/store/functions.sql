@@ -121,10 +121,16 @@ $$;
 -- queue matching p_namespace/p_task (p_queue null). p_hints are partition
 -- names to try first (wake hints).
 --
+-- p_only: look at exactly the p_hints partitions (the hot-list's candidates)
+-- instead of scanning the queue.
+--
 -- Rows with kind = 'msg' are messages, grouped by partition in claim order and
--- ordered by position inside each. When nothing is delivered a single row
--- explains why: kind = 'partition_not_found' | 'lease_held' |
--- 'window_buffer' | 'empty'.
+-- ordered by position inside each. Rows with kind = 'verdict' say what became
+-- of each partition looked at (for the hot-list): verdict = 'took' |
+-- 'took_autoack' | 'empty' | 'leased' | 'deferred', verdict_secs = lease
+-- seconds ('took'), seconds until the lease ends ('leased') or until messages
+-- become visible ('deferred'). When nothing is delivered a last row explains
+-- why: kind = 'partition_not_found' | 'lease_held' | 'window_buffer' | 'empty'.
 --
 -- One lease per claimed partition row, all sharing p_lease_id. A partition
 -- that yields no message is not leased. With p_auto_ack the cursor moves in
@@ -133,11 +139,11 @@ $$;
 CREATE OR REPLACE FUNCTION queen.pop_messages(
     p_queue text, p_partition text, p_namespace text, p_task text,
     p_group text, p_batch integer, p_max_partitions integer, p_auto_ack boolean,
-    p_lease_id uuid, p_hints text[])
+    p_lease_id uuid, p_hints text[], p_only boolean)
 RETURNS TABLE (kind text, queue_name text, partition_name text, partition_id uuid,
                message_id uuid, transaction_id text, trace_id uuid, payload jsonb,
                is_encrypted boolean, producer_sub text, created_at timestamptz,
-               seq bigint, retry_count integer)
+               seq bigint, retry_count integer, verdict text, verdict_secs double precision)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -154,6 +160,9 @@ DECLARE
     start_seq bigint;
     reason text := 'empty';
     saw_candidate boolean := false;
+    wildcard boolean := p_partition IS NULL AND NOT coalesce(p_only, false);
+    lease_secs integer;
+    next_visible timestamptz;
 BEGIN
     FOR c IN
         SELECT q.name AS qn, q.namespace AS ns, q.task AS tk, q.lease_time, q.delayed_processing,
@@ -166,17 +175,32 @@ BEGIN
           AND (p_queue IS NOT NULL OR p_namespace IS NULL OR q.namespace = p_namespace)
           AND (p_queue IS NOT NULL OR p_task IS NULL OR q.task = p_task)
           AND (p_partition IS NULL OR pt.name = p_partition)
-          -- the wildcard only looks at partitions with something after the cursor
-          AND (p_partition IS NOT NULL OR pt.last_seq > coalesce(l.cursor_seq, 0))
-          AND (p_partition IS NOT NULL OR l.lease_expires_at IS NULL OR l.lease_expires_at <= now())
-        ORDER BY (pt.name = ANY(coalesce(p_hints, '{}'))) DESC,
+          AND (NOT coalesce(p_only, false) OR pt.name = ANY(p_hints))
+          -- a scan only looks at partitions with something after the cursor
+          AND (NOT wildcard OR pt.last_seq > coalesce(l.cursor_seq, 0))
+          AND (NOT wildcard OR l.lease_expires_at IS NULL OR l.lease_expires_at <= now())
+        ORDER BY array_position(p_hints, pt.name) NULLS LAST,
                  coalesce(l.lease_acquired_at, '-infinity'::timestamptz), pt.id
-        LIMIT CASE WHEN p_partition IS NULL THEN greatest(p_max_partitions, 1) * 4 + 16 ELSE 1 END
+        LIMIT CASE WHEN p_partition IS NOT NULL THEN 1
+                   WHEN p_only THEN coalesce(array_length(p_hints, 1), 0)
+                   ELSE greatest(p_max_partitions, 1) * 4 + 16 END
     LOOP
         saw_candidate := true;
+        kind := 'verdict'; queue_name := c.qn; partition_name := c.pn; partition_id := c.pid;
+        message_id := NULL; transaction_id := NULL; trace_id := NULL; payload := NULL;
+        is_encrypted := NULL; producer_sub := NULL; created_at := NULL; seq := NULL;
+        retry_count := NULL;
+        IF c.last_seq <= coalesce(c.cursor_seq, 0) AND c.cursor_seq IS NOT NULL THEN
+            verdict := 'empty'; verdict_secs := NULL; RETURN NEXT;
+            CONTINUE;
+        END IF;
         IF c.window_buffer > 0 AND c.last_message_at IS NOT NULL
            AND c.last_message_at > now() - make_interval(secs => c.window_buffer) THEN
             reason := 'window_buffer';
+            verdict := 'deferred';
+            verdict_secs := extract(epoch FROM c.last_message_at
+                                    + make_interval(secs => c.window_buffer) - now());
+            RETURN NEXT;
             CONTINUE;
         END IF;
 
@@ -202,6 +226,9 @@ BEGIN
         FOR UPDATE SKIP LOCKED;
         IF NOT FOUND OR (lc.lease_expires_at IS NOT NULL AND lc.lease_expires_at > now()) THEN
             reason := 'lease_held';
+            kind := 'verdict'; verdict := 'leased';
+            verdict_secs := CASE WHEN FOUND THEN extract(epoch FROM lc.lease_expires_at - now()) END;
+            RETURN NEXT;
             CONTINUE;
         END IF;
 
@@ -222,12 +249,32 @@ BEGIN
             message_id := m.id; transaction_id := m.transaction_id; trace_id := m.trace_id;
             payload := m.payload; is_encrypted := m.is_encrypted; producer_sub := m.producer_sub;
             created_at := m.created_at; seq := m.seq; retry_count := lc.batch_retry_count;
+            verdict := NULL; verdict_secs := NULL;
             RETURN NEXT;
         END LOOP;
 
+        kind := 'verdict'; message_id := NULL; transaction_id := NULL; trace_id := NULL;
+        payload := NULL; is_encrypted := NULL; producer_sub := NULL; created_at := NULL;
+        seq := NULL; retry_count := NULL;
         IF got = 0 THEN
+            verdict := 'empty'; verdict_secs := NULL;
+            IF c.delayed_processing > 0 THEN
+                -- messages after the cursor that are not old enough yet
+                SELECT min(mm.created_at) INTO next_visible FROM queen.messages mm
+                WHERE mm.partition_id = c.pid AND mm.seq > lc.cursor_seq;
+                IF next_visible IS NOT NULL THEN
+                    verdict := 'deferred';
+                    verdict_secs := extract(epoch FROM next_visible
+                                            + make_interval(secs => c.delayed_processing) - now());
+                END IF;
+            END IF;
+            RETURN NEXT;
             CONTINUE;
         END IF;
+        lease_secs := CASE WHEN c.lease_time > 0 THEN c.lease_time ELSE 60 END;
+        verdict := CASE WHEN p_auto_ack THEN 'took_autoack' ELSE 'took' END;
+        verdict_secs := lease_secs;
+        RETURN NEXT;
 
         IF p_auto_ack THEN
             UPDATE queen.log_consumers l
@@ -241,7 +288,7 @@ BEGIN
         ELSE
             UPDATE queen.log_consumers l
             SET lease_id = p_lease_id, lease_acquired_at = now(),
-                lease_expires_at = now() + make_interval(secs => CASE WHEN c.lease_time > 0 THEN c.lease_time ELSE 60 END),
+                lease_expires_at = now() + make_interval(secs => lease_secs),
                 lease_last_seq = last_seq_read, batch_size = got, acked_count = 0
             WHERE l.partition_id = c.pid AND l.consumer_group = p_group;
         END IF;
@@ -257,6 +304,7 @@ BEGIN
         queue_name := NULL; partition_name := NULL; partition_id := NULL; message_id := NULL;
         transaction_id := NULL; trace_id := NULL; payload := NULL; is_encrypted := NULL;
         producer_sub := NULL; created_at := NULL; seq := NULL; retry_count := NULL;
+        verdict := NULL; verdict_secs := NULL;
         RETURN NEXT;
     END IF;
 END;

@@ -8,9 +8,21 @@ PUSH = "SELECT idx, message_id, partition_id, status FROM queen.push_messages($1
 """Insert items (parallel arrays); one row per item, 'queued' or 'duplicate'."""
 
 POP = """
-SELECT * FROM queen.pop_messages($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+SELECT * FROM queen.pop_messages($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 """
 """Claim partitions and read messages; see queen.pop_messages."""
+
+PENDING_PARTITIONS = """
+SELECT pt.name
+FROM queen.queues q
+JOIN queen.partitions pt ON pt.queue_id = q.id
+LEFT JOIN queen.log_consumers l ON l.partition_id = pt.id AND l.consumer_group = $2
+WHERE q.name = $1 AND pt.last_seq > coalesce(l.cursor_seq, 0)
+ORDER BY pt.last_message_at
+LIMIT $3
+"""
+"""Partitions of a queue with something beyond a group's cursor (or no cursor
+yet): the hot-list's cold start and periodic reseed."""
 
 ACK = "SELECT * FROM queen.ack_messages($1, $2, $3, $4, $5, $6, $7, $8)"
 """Apply acknowledgements (parallel arrays); one row per item."""
@@ -44,6 +56,12 @@ WHERE lease_id = ANY($1::uuid[]) AND lease_expires_at > now()
 QUEUE_ENCRYPTION_FLAGS = """
 SELECT name, encryption_enabled FROM queen.queues WHERE name = ANY($1::text[])
 """
+
+SYSTEM_FLAGS = """
+SELECT key, coalesce((value->>'enabled')::boolean, false) AS enabled
+FROM queen.system_state WHERE key IN ('maintenance_mode', 'pop_maintenance_mode')
+"""
+"""Both maintenance flags (a missing or malformed value reads as off)."""
 
 QUEUE_OPTIONS = (
     # (wire name, column, SQL type, default)

@@ -793,6 +793,19 @@ def test_percent_encoded_queue_name_in_path_is_decoded(http, queue_name):
     assert r.json()["queue"] == name
 
 
+def test_percent_encoded_queue_name_in_admin_route_is_decoded(http, queue_name):
+    """The 2.6 admin client quote()s queue names: GET/DELETE /resources/queues/{quoted} must
+    find the queue (api.md §1.5)."""
+    from urllib.parse import quote
+    name = queue_name + " a/b"
+    push(http, name, 1)
+    r = http.get(f"/api/v1/resources/queues/{quote(name, safe='')}")
+    assert r.status_code == 200, r.text
+    assert r.json()["name"] == name
+    r = http.delete(f"/api/v1/resources/queues/{quote(name, safe='')}")
+    assert r.json()["existed"] is True
+
+
 # -- dead letters -----------------------------------------------------------
 
 def _dead_letter(http, queue_name, n: int) -> list[dict]:

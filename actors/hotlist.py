@@ -1,0 +1,479 @@
+"""The hot-list: in-memory wildcard-pop candidates per (queue, consumer group).
+
+A wildcard pop takes candidate partitions from here instead of scanning
+PostgreSQL for claimable ones, then lets PostgreSQL decide (claim, lease and
+cursor checks) and reports one verdict per candidate back. PostgreSQL stays
+the only authority on what is claimable: the hot-list may hold false positives
+(cost: one empty claim attempt) and may only *miss* a pending partition until
+the group's next reseed. This module does no database work; the caller (the
+pop route) runs the SQL and reports back.
+
+Per (queue, group) there is a ring: a FIFO of READY partitions without
+duplicates, plus a wheel (min-heap by due time) of deferred or leased ones.
+Each partition entry is in one state:
+
+    IDLE      untracked (no entry is stored)
+    READY     in the ring, waiting to be taken
+    WHEEL     deferred until a due time, then READY again
+    INFLIGHT  taken by a pop that has not checked in yet
+
+and carries an epoch, bumped by every mark while it is tracked. A pop
+snapshots the epoch on `take`; an "empty" check-in clears the entry only if
+the epoch is unchanged, so a push racing with the claim leaves a candidate
+behind rather than losing one.
+
+Typical pop flow::
+
+    t = hl.take(queue, group, k)
+    if t.needs_seed:                 # cold ring, or the reseed floor is due
+        try:
+            parts = await scan_pending_partitions(queue, group)
+        except Exception:
+            hl.seed_aborted(queue, group)
+            raise
+        if hl.seed(queue, group, parts):
+            wake_parked_pops(queue)
+        if not t.entries:
+            t = hl.take(queue, group, k)
+    verdicts = await claim(t.entries)       # SQL
+    hl.check_in(queue, group, verdicts)
+
+`HotList` holds all the logic; `HotListActor` wraps one so a single asyncio
+task owns the state.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
+
+from actors.runtime import AsyncioActor
+
+__all__ = [
+    "DEFERRED",
+    "EMPTY",
+    "LEASED",
+    "REQUEUE",
+    "TOOK",
+    "TOOK_AUTOACK",
+    "HotList",
+    "HotListActor",
+    "Take",
+]
+
+# Entry states. IDLE entries are not stored at all.
+IDLE = 0
+READY = 1
+WHEEL = 2
+INFLIGHT = 3
+
+# Check-in verdicts: (partition, epoch_taken, verdict, extra).
+TOOK = "took"                  # delivered under a lease; extra = lease seconds
+TOOK_AUTOACK = "took_autoack"  # delivered, no lease
+EMPTY = "empty"                # nothing claimable, no foreign lease
+LEASED = "leased"              # another worker's lease; extra = lease-until (hot-list clock)
+DEFERRED = "deferred"          # delayed processing / window buffer; extra = seconds or None
+REQUEUE = "requeue"            # not evaluated (budget exhausted)
+_VERDICTS = frozenset({TOOK, TOOK_AUTOACK, EMPTY, LEASED, DEFERRED, REQUEUE})
+
+# Revisit a leased partition this long after its lease expires.
+LEASE_PADDING_S = 0.3
+# Backoff of a "deferred" verdict that names no due time: doubles per
+# consecutive deferral within these bounds.
+DEFER_MIN_S = 0.05
+DEFER_MAX_S = 1.0
+# Bound of the mesh dirty-hint set; hints beyond it are dropped (the reseed
+# floor heals a lost hint).
+MAX_DIRTY = 200_000
+
+
+class Take(NamedTuple):
+    """What `take` hands a pop.
+
+    `needs_seed`: the caller must scan PostgreSQL and call `seed` (or
+    `seed_aborted` if the scan fails); it is reported to one caller at a time.
+    `entries`: (partition, epoch) candidates now INFLIGHT; each needs exactly
+    one verdict in a later `check_in`.
+    """
+
+    needs_seed: bool
+    entries: list[tuple[str, int]]
+
+
+class _Entry:
+    __slots__ = ("backoff", "due", "epoch", "state", "taken_at", "wheel_seq")
+
+    def __init__(self) -> None:
+        self.state = IDLE
+        self.epoch = 0
+        self.taken_at = 0.0
+        self.due = 0.0
+        self.wheel_seq = -1  # identifies this entry's live heap item
+        self.backoff = 0.0   # last "deferred" backoff without a due time
+
+
+class _Ring:
+    __slots__ = ("entries", "jitter", "ready", "seed_claimed_until", "seeded_at", "wheel")
+
+    def __init__(self, jitter: float) -> None:
+        self.entries: dict[str, _Entry] = {}  # tracked (non-IDLE) partitions
+        # READY partitions, FIFO; an ordered dict is an ordered set.
+        self.ready: OrderedDict[str, None] = OrderedDict()
+        # (due, seq, partition); stale items (seq no longer the entry's) are
+        # skipped when popped.
+        self.wheel: list[tuple[float, int, str]] = []
+        self.seeded_at: float | None = None  # None: never seeded (cold)
+        self.seed_claimed_until = float("-inf")
+        self.jitter = jitter
+
+
+class HotList:
+    """Wildcard-pop candidates of every (queue, group) polled on this broker.
+
+    `reseed_ms` (QUEEN_HOTLIST_RESEED_MS) plus a fixed random per-group jitter
+    in [0, `jitter_ms`) is the reseed floor. `stranded_after_s`: an INFLIGHT
+    entry taken longer ago than this is given back by a reseed (its pop
+    vanished). `seed_claim_s`: how long one `needs_seed` report stands before
+    another taker is asked to seed (the first one vanished). `clock` must be
+    monotonic; `now` arguments are on the same clock. `track_dirty`: keep the
+    mesh dirty-hint set (off when the mesh is inactive).
+    """
+
+    def __init__(
+        self,
+        *,
+        reseed_ms: float = 30_000,
+        jitter_ms: float = 15_000,
+        stranded_after_s: float = 60.0,
+        seed_claim_s: float = 30.0,
+        max_dirty: int = MAX_DIRTY,
+        track_dirty: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.reseed_s = reseed_ms / 1000
+        self.jitter_s = jitter_ms / 1000
+        self.stranded_after_s = stranded_after_s
+        self.seed_claim_s = seed_claim_s
+        self.max_dirty = max_dirty
+        self.track_dirty = track_dirty
+        self.clock = clock
+        self._rng = rng or random.Random()
+        self._rings: dict[str, dict[str, _Ring]] = {}  # queue -> group -> ring
+        self._dirty: dict[tuple[str, str], None] = {}  # ordered set
+        self._wheel_seq = 0
+
+    # --- marking ----------------------------------------------------------
+
+    def mark(self, queue: str, partition: str, remote: bool = False) -> bool:
+        """A push to (queue, partition) committed; `remote`: a peer's HOTLIST_DIRTY hint.
+
+        Marks the partition in every existing ring of the queue. True when
+        some ring had it IDLE (the empty->pending transition): wake the
+        queue's parked pops. A local mark also queues a mesh dirty hint
+        (coalesced per partition until drained); a remote one never does.
+        """
+        if not remote:
+            self._add_dirty(queue, partition)
+        groups = self._rings.get(queue)
+        if not groups:
+            return False  # nobody polls this queue here: the cold seed finds it
+        transitioned = False
+        for ring in groups.values():
+            entry = ring.entries.get(partition)
+            if entry is None:
+                entry = ring.entries[partition] = _Entry()
+                self._make_ready(ring, partition, entry)
+                transitioned = True
+            else:
+                entry.epoch += 1  # READY / WHEEL / INFLIGHT: no second entry
+        return transitioned
+
+    def mark_many(
+        self, pairs: Iterable[tuple[str, str]], remote: bool = False
+    ) -> list[tuple[str, str]]:
+        """`mark` for each pair; returns the pairs that transitioned (each once)."""
+        return [(q, p) for q, p in pairs if self.mark(q, p, remote)]
+
+    def _add_dirty(self, queue: str, partition: str) -> None:
+        if not self.track_dirty:
+            return
+        key = (queue, partition)
+        if key in self._dirty or len(self._dirty) >= self.max_dirty:
+            return
+        self._dirty[key] = None
+
+    def pending_dirty(self) -> int:
+        """How many (queue, partition) dirty hints wait to be broadcast."""
+        return len(self._dirty)
+
+    def drain_dirty(self, max_items: int | None = None) -> list[tuple[str, str]]:
+        """Remove and return up to `max_items` dirty hints (all if None), oldest first."""
+        if max_items is None or max_items >= len(self._dirty):
+            drained = list(self._dirty)
+            self._dirty.clear()
+            return drained
+        drained = []
+        for key in self._dirty:
+            if len(drained) >= max_items:
+                break
+            drained.append(key)
+        for key in drained:
+            del self._dirty[key]
+        return drained
+
+    # --- serving pops -----------------------------------------------------
+
+    def take(self, queue: str, group: str, k: int, now: float | None = None) -> Take:
+        """Up to k READY candidates, oldest first, now INFLIGHT with their epochs.
+
+        Creates the ring on the group's first wildcard poll. A never-seeded
+        ring serves nothing to the caller asked to seed it. `needs_seed` is
+        also reported when the reseed floor is due, even if the ring is
+        non-empty; then the entries are served as well.
+        """
+        now = self.clock() if now is None else now
+        ring = self._ring(queue, group)
+        needs_seed = False
+        if now >= ring.seed_claimed_until and (
+            ring.seeded_at is None or now >= ring.seeded_at + self.reseed_s + ring.jitter
+        ):
+            needs_seed = True
+            ring.seed_claimed_until = now + self.seed_claim_s
+            if ring.seeded_at is None:
+                return Take(True, [])
+        self._promote_due(ring, now)
+        taken: list[tuple[str, int]] = []
+        while ring.ready and len(taken) < k:
+            partition, _ = ring.ready.popitem(last=False)
+            entry = ring.entries[partition]
+            entry.state = INFLIGHT
+            entry.taken_at = now
+            taken.append((partition, entry.epoch))
+        return Take(needs_seed, taken)
+
+    def check_in(
+        self,
+        queue: str,
+        group: str,
+        verdicts: Sequence[tuple[str, int, str, Any]],
+        now: float | None = None,
+    ) -> bool:
+        """One verdict per taken candidate: (partition, epoch_taken, verdict, extra).
+
+        Entries no longer INFLIGHT (a mark, promotion or reseed got there
+        first) are left alone. Returns True if any entry went back to READY.
+        """
+        for verdict in verdicts:
+            if verdict[2] not in _VERDICTS:
+                raise ValueError(f"unknown hot-list verdict {verdict[2]!r}")
+        ring = self._rings.get(queue, {}).get(group)
+        if ring is None:
+            return False  # queue forgotten meanwhile
+        now = self.clock() if now is None else now
+        readied = False
+        for partition, epoch_taken, verdict, extra in verdicts:
+            entry = ring.entries.get(partition)
+            if entry is None or entry.state != INFLIGHT:
+                continue
+            if verdict == TOOK:
+                entry.backoff = 0.0
+                self._to_wheel(ring, partition, entry, now + (extra or 0.0) + LEASE_PADDING_S)
+            elif verdict == LEASED:
+                # Never cleared: the lease holder may fail to ack.
+                if extra is None:
+                    due = now + DEFER_MAX_S
+                else:
+                    due = extra + LEASE_PADDING_S
+                self._to_wheel(ring, partition, entry, due)
+            elif verdict == DEFERRED:
+                if extra is None:
+                    entry.backoff = min(max(entry.backoff * 2, DEFER_MIN_S), DEFER_MAX_S)
+                    delay = entry.backoff
+                else:
+                    delay = max(float(extra), 0.0)
+                self._to_wheel(ring, partition, entry, now + delay)
+            elif verdict == EMPTY and entry.epoch == epoch_taken:
+                del ring.entries[partition]  # cleared: IDLE
+            else:
+                # TOOK_AUTOACK, REQUEUE, or EMPTY after a racing push.
+                if verdict == TOOK_AUTOACK:
+                    entry.backoff = 0.0
+                self._make_ready(ring, partition, entry)
+                readied = True
+        return readied
+
+    def ack_released(self, queue: str, group: str, partition: str) -> bool:
+        """An ack released the group's lease on (queue, partition).
+
+        A WHEEL entry is promoted to READY now (True: wake parked pops); an
+        INFLIGHT one gets its epoch bumped so an "empty" verdict keeps it.
+        """
+        ring = self._rings.get(queue, {}).get(group)
+        if ring is None:
+            return False
+        entry = ring.entries.get(partition)
+        if entry is None:
+            return False
+        if entry.state == WHEEL:
+            self._make_ready(ring, partition, entry)
+            return True
+        if entry.state == INFLIGHT:
+            entry.epoch += 1
+        return False
+
+    # --- seeding ----------------------------------------------------------
+
+    def seed(
+        self, queue: str, group: str, partitions: Iterable[str], now: float | None = None
+    ) -> bool:
+        """Cold start / reseed from a PostgreSQL scan of the group's pending partitions.
+
+        IDLE partitions become READY; INFLIGHT entries stranded for longer
+        than `stranded_after_s` become READY whether listed or not (their pop
+        vanished); READY and WHEEL entries keep their state. Resets the
+        group's reseed clock. True if anything became READY (or, on the cold
+        seed, if the ring has READY entries at all): wake parked pops.
+        """
+        now = self.clock() if now is None else now
+        ring = self._ring(queue, group)
+        cold = ring.seeded_at is None
+        readied = False
+        for partition in partitions:
+            if partition not in ring.entries:
+                entry = ring.entries[partition] = _Entry()
+                self._make_ready(ring, partition, entry)
+                readied = True
+        for partition, entry in ring.entries.items():
+            if entry.state == INFLIGHT and now - entry.taken_at >= self.stranded_after_s:
+                entry.epoch += 1  # a late check-in of the vanished pop sees a race
+                self._make_ready(ring, partition, entry)
+                readied = True
+        ring.seeded_at = now
+        ring.seed_claimed_until = float("-inf")
+        return readied or (cold and bool(ring.ready))
+
+    def seed_aborted(self, queue: str, group: str) -> None:
+        """The scan asked for by `needs_seed` failed: ask the next taker instead."""
+        ring = self._rings.get(queue, {}).get(group)
+        if ring is not None:
+            ring.seed_claimed_until = float("-inf")
+
+    # --- housekeeping -----------------------------------------------------
+
+    def forget_queue(self, queue: str) -> None:
+        """The queue was deleted: drop its rings and queued dirty hints."""
+        self._rings.pop(queue, None)
+        for key in [key for key in self._dirty if key[0] == queue]:
+            del self._dirty[key]
+
+    def stats(self) -> dict[str, int]:
+        counts = {"rings": 0, "ready": 0, "wheel": 0, "inflight": 0}
+        for groups in self._rings.values():
+            for ring in groups.values():
+                counts["rings"] += 1
+                counts["ready"] += len(ring.ready)
+                for entry in ring.entries.values():
+                    if entry.state == WHEEL:
+                        counts["wheel"] += 1
+                    elif entry.state == INFLIGHT:
+                        counts["inflight"] += 1
+        return counts
+
+    # --- internals --------------------------------------------------------
+
+    def _ring(self, queue: str, group: str) -> _Ring:
+        groups = self._rings.setdefault(queue, {})
+        ring = groups.get(group)
+        if ring is None:
+            jitter = self._rng.uniform(0, self.jitter_s) if self.jitter_s > 0 else 0.0
+            ring = groups[group] = _Ring(jitter)
+        return ring
+
+    @staticmethod
+    def _make_ready(ring: _Ring, partition: str, entry: _Entry) -> None:
+        """Append to the ring tail (from any state; a READY entry moves to the tail)."""
+        entry.state = READY
+        entry.wheel_seq = -1
+        ring.ready[partition] = None
+        ring.ready.move_to_end(partition)
+
+    def _to_wheel(self, ring: _Ring, partition: str, entry: _Entry, due: float) -> None:
+        ring.ready.pop(partition, None)
+        self._wheel_seq += 1
+        entry.state = WHEEL
+        entry.due = due
+        entry.wheel_seq = self._wheel_seq
+        heapq.heappush(ring.wheel, (due, self._wheel_seq, partition))
+        # Promoted-early entries leave stale heap items behind: compact when
+        # they dominate.
+        if len(ring.wheel) > 64 and len(ring.wheel) > 2 * len(ring.entries):
+            ring.wheel = [item for item in ring.wheel if self._live(ring, item)]
+            heapq.heapify(ring.wheel)
+
+    @staticmethod
+    def _live(ring: _Ring, item: tuple[float, int, str]) -> bool:
+        entry = ring.entries.get(item[2])
+        return entry is not None and entry.state == WHEEL and entry.wheel_seq == item[1]
+
+    def _promote_due(self, ring: _Ring, now: float) -> None:
+        wheel = ring.wheel
+        while wheel and wheel[0][0] <= now:
+            item = heapq.heappop(wheel)
+            if self._live(ring, item):
+                self._make_ready(ring, item[2], ring.entries[item[2]])
+
+
+class HotListActor(AsyncioActor):
+    """One `HotList` owned by an actor task; same methods, called via `ref.proxy()`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__()
+        self.hotlist = HotList(**kwargs)
+
+    def mark(self, queue: str, partition: str, remote: bool = False) -> bool:
+        return self.hotlist.mark(queue, partition, remote)
+
+    def mark_many(
+        self, pairs: Iterable[tuple[str, str]], remote: bool = False
+    ) -> list[tuple[str, str]]:
+        return self.hotlist.mark_many(pairs, remote)
+
+    def pending_dirty(self) -> int:
+        return self.hotlist.pending_dirty()
+
+    def drain_dirty(self, max_items: int | None = None) -> list[tuple[str, str]]:
+        return self.hotlist.drain_dirty(max_items)
+
+    def take(self, queue: str, group: str, k: int, now: float | None = None) -> Take:
+        return self.hotlist.take(queue, group, k, now)
+
+    def check_in(
+        self,
+        queue: str,
+        group: str,
+        verdicts: Sequence[tuple[str, int, str, Any]],
+        now: float | None = None,
+    ) -> bool:
+        return self.hotlist.check_in(queue, group, verdicts, now)
+
+    def ack_released(self, queue: str, group: str, partition: str) -> bool:
+        return self.hotlist.ack_released(queue, group, partition)
+
+    def seed(
+        self, queue: str, group: str, partitions: Iterable[str], now: float | None = None
+    ) -> bool:
+        return self.hotlist.seed(queue, group, partitions, now)
+
+    def seed_aborted(self, queue: str, group: str) -> None:
+        self.hotlist.seed_aborted(queue, group)
+
+    def forget_queue(self, queue: str) -> None:
+        self.hotlist.forget_queue(queue)
+
+    def stats(self) -> dict[str, int]:
+        return self.hotlist.stats()

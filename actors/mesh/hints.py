@@ -1,0 +1,124 @@
+"""What each hint does: the one place hints are made and read.
+
+Hints are best-effort. Losing one costs latency, never correctness: a parked
+pop re-checks on its backoff timer, the reconcile loop re-reads flags and
+clears the config cache, the hot-list reseeds from PostgreSQL.
+
+Sending: a committed push wakes local pops, marks the local hot-list and sends
+one MESSAGE_AVAILABLE_BATCH per push bundle; partitions that went from empty
+to pending in the hot-list go out, coalesced, as HOTLIST_DIRTY_BATCH;
+configure/delete send QUEUE_CONFIG_SET/DELETE with the name only;
+maintenance flips send MAINTENANCE_MODE_SET / POP_MAINTENANCE_MODE_SET.
+
+Receiving: the same effects locally, and never a re-broadcast.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Iterable
+
+from loguru import logger
+
+from actors.mesh import frames
+from actors.reconciler import MaintenanceFlags, QueueConfigCache
+
+DIRTY_FLUSH_INTERVAL_S = 0.01
+DIRTY_BATCH_MAX = 1000
+
+
+class Hints:
+    def __init__(self, *, waiters: Any, cache: QueueConfigCache, flags: MaintenanceFlags,
+                 hotlist: Any | None = None, mesh: Any | None = None):
+        self._waiters = waiters      # PopWaiterRegistry proxy
+        self._cache = cache
+        self._flags = flags
+        self._hotlist = hotlist      # HotListActor proxy, or None
+        self.mesh = mesh             # Mesh, or None when no peers / sync disabled
+        self._flusher: asyncio.Task | None = None
+        self.received = 0
+
+    # -- sending ------------------------------------------------------------
+    def pushed(self, pairs: list[tuple[str, str]]) -> None:
+        """After a committed push (never a spooled one)."""
+        self._waiters.wake_many(pairs)
+        if self._hotlist is not None:
+            self._hotlist.mark_many(pairs)
+        if self.mesh is not None:
+            self.mesh.broadcast(frames.MESSAGE_AVAILABLE_BATCH,
+                                {"items": [{"queue": q, "partition": p} for q, p in pairs]})
+
+    def queue_config_changed(self, queue: str, *, deleted: bool) -> None:
+        self._cache.forget(queue)
+        if deleted and self._hotlist is not None:
+            self._hotlist.forget_queue(queue)
+        if self.mesh is not None:
+            kind = frames.QUEUE_CONFIG_DELETE if deleted else frames.QUEUE_CONFIG_SET
+            self.mesh.broadcast(kind, {"queue": queue})
+
+    def maintenance_changed(self, which: str, enabled: bool) -> None:
+        if self.mesh is not None:
+            kind = frames.MAINTENANCE_MODE_SET if which == "push" else frames.POP_MAINTENANCE_MODE_SET
+            self.mesh.broadcast(kind, {"enabled": enabled})
+
+    def start_dirty_flusher(self) -> None:
+        if self.mesh is not None and self._hotlist is not None and self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_dirty(),
+                                                                    name="hotlist-dirty")
+
+    async def stop(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            await asyncio.gather(self._flusher, return_exceptions=True)
+
+    async def _flush_dirty(self) -> None:
+        # Coalesced: a partition pushed a thousand times within one window costs one hint.
+        while True:
+            await asyncio.sleep(DIRTY_FLUSH_INTERVAL_S)
+            try:
+                dirty = await self._hotlist.drain_dirty(DIRTY_BATCH_MAX)
+            except Exception:  # the hot-list stopped (shutdown)
+                return
+            if dirty:
+                self.mesh.broadcast(frames.HOTLIST_DIRTY_BATCH,
+                                    {"items": [{"queue": q, "partition": p} for q, p in dirty]})
+
+    # -- receiving ----------------------------------------------------------
+    def on_frame(self, kind: int, payload: dict, sender: str) -> None:
+        self.received += 1
+        if kind == frames.MESSAGE_AVAILABLE:
+            self._wake(_pairs([payload]))
+        elif kind == frames.MESSAGE_AVAILABLE_BATCH:
+            self._wake(_pairs(payload.get("items")))
+        elif kind == frames.HOTLIST_DIRTY_BATCH:
+            pairs = _pairs(payload.get("items"))
+            if pairs and self._hotlist is not None:
+                self._hotlist.mark_many(pairs, remote=True)
+            self._wake(pairs)
+        elif kind in (frames.QUEUE_CONFIG_SET, frames.QUEUE_CONFIG_DELETE):
+            queue = payload.get("queue")
+            if isinstance(queue, str) and queue:
+                self._cache.forget(queue)
+                if kind == frames.QUEUE_CONFIG_DELETE and self._hotlist is not None:
+                    self._hotlist.forget_queue(queue)
+        elif kind in (frames.MAINTENANCE_MODE_SET, frames.POP_MAINTENANCE_MODE_SET):
+            # The sender already persisted the flag; we only mirror it.
+            which = "push" if kind == frames.MAINTENANCE_MODE_SET else "pop"
+            self._flags.set(which, payload.get("enabled") is True, f"mesh hint from {sender}")
+        else:
+            logger.debug("mesh: ignoring frame type {} from {}", kind, sender)
+
+    def _wake(self, pairs: list[tuple[str, str]]) -> None:
+        if pairs:
+            self._waiters.wake_many(pairs)
+
+
+def _pairs(items: Iterable[Any] | None) -> list[tuple[str, str]]:
+    """(queue, partition) pairs of a hint; items without a queue name are skipped."""
+    out = []
+    for item in items or ():
+        if not isinstance(item, dict):
+            continue
+        queue, partition = item.get("queue"), item.get("partition")
+        if isinstance(queue, str) and queue:
+            out.append((queue, partition if isinstance(partition, str) and partition else None))
+    return out

@@ -1,0 +1,823 @@
+#!/usr/bin/env python3
+"""Load benchmarks for the broker, reported as ratios measured in the same run.
+
+    python3 dev.py bench                 # all benchmarks (push pop wake consume)
+    python3 dev.py bench push wake       # only some
+    python3 dev.py bench --help          # sizes, concurrency, rounds, output dir
+
+Each benchmark starts its own PostgreSQL (embedded, in a temp dir; or the server named by
+PG_HOST/PG_PORT/PG_USER/PG_PASSWORD/PG_DB) and its own broker process (LOG_LEVEL=WARNING) on
+loopback, runs bounded loops (bounded counts and a time cap per phase), prints a table and writes
+its results as JSON to <results-dir>/<name>-<timestamp>.json.  A final summary table closes
+the run.  Throughput is compared with a raw-asyncpg baseline doing the equivalent minimal SQL
+on the same database in the same run, so the ratio (broker / raw) is what to read on a noisy
+machine; absolute msg/s numbers are only comparable within one run.
+
+Exit status: 0 on success, 1 when an invariant failed (lost, duplicated or reordered messages,
+failed requests), 2 on bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import asyncpg  # noqa: E402
+import httpx  # noqa: E402
+
+from _harness import Broker, Database, RawHTTPClient, start_database  # noqa: E402
+
+BENCHMARKS = ("push", "pop", "wake", "consume")
+PAD = "x" * 64  # payload padding: ~100-byte JSON payloads
+
+
+# ----------------------------------------------------------------------------------------------
+# small helpers
+# ----------------------------------------------------------------------------------------------
+
+def log(msg: str) -> None:
+    print(f"  [{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def fmt_rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def fmt_ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def fmt_ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [headers] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    line = "+-" + "-+-".join("-" * w for w in widths) + "-+"
+
+    def fmt(r: list[str]) -> str:
+        # first column left-aligned (labels), the rest right-aligned (numbers)
+        return "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                 for i, (c, w) in enumerate(zip(r, widths))) + " |"
+    return "\n".join([line, fmt(cells[0]), line, *(fmt(r) for r in cells[1:]), line])
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """Nearest-rank percentile (p in 0..100)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = max(0, math.ceil(p / 100 * len(ordered)) - 1)
+    return ordered[k]
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def payload_json(partition: int, seq: int) -> str:
+    return json.dumps({"p": partition, "seq": seq, "pad": PAD}, separators=(",", ":"))
+
+
+CLIENT = "httpx"  # set from --client
+
+
+def http_client(url: str, concurrency: int) -> httpx.AsyncClient | RawHTTPClient:
+    if CLIENT == "raw":
+        return RawHTTPClient(url, max_connections=concurrency * 2 + 4)
+    limits = httpx.Limits(max_connections=concurrency * 2 + 4,
+                          max_keepalive_connections=concurrency * 2 + 4)
+    return httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0)
+
+
+async def client_ceiling(url: str, concurrency: int, seconds: float = 1.5) -> float:
+    """GET /health requests/s the load generator manages at this concurrency: the ceiling
+    any HTTP benchmark of this run can reach with this client on this machine."""
+    done = 0
+    async with http_client(url, concurrency) as client:
+        await client.get("/health")
+        deadline = time.perf_counter() + seconds
+
+        async def worker(_: int) -> None:
+            nonlocal done
+            while time.perf_counter() < deadline:
+                await client.get("/health")
+                done += 1
+        elapsed = await run_workers(concurrency, worker)
+    return done / elapsed
+
+
+async def run_workers(concurrency: int, worker: Callable[[int], Awaitable[None]]) -> float:
+    """Run ``concurrency`` workers to completion; returns the elapsed wall time in seconds."""
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
+    return time.perf_counter() - start
+
+
+class Phase:
+    """Counts of one timed phase; ``rate`` is completed messages per second."""
+
+    def __init__(self, label: str, target: int) -> None:
+        self.label = label
+        self.target = target
+        self.done = 0
+        self.requests = 0
+        self.errors = 0
+        self.empty = 0
+        self.elapsed = 0.0
+        self.first_error: str | None = None
+
+    def error(self, text: str) -> None:
+        self.errors += 1
+        if self.first_error is None:
+            self.first_error = text[:300]
+
+    @property
+    def rate(self) -> float | None:
+        return self.done / self.elapsed if self.elapsed > 0 and self.done else None
+
+    @property
+    def truncated(self) -> bool:
+        return self.done < self.target
+
+    def as_dict(self) -> dict:
+        return {"label": self.label, "target": self.target, "done": self.done,
+                "requests": self.requests, "errors": self.errors, "empty_polls": self.empty,
+                "elapsed_s": round(self.elapsed, 4), "msgs_per_s": self.rate,
+                "truncated_by_time_cap": self.truncated, "first_error": self.first_error}
+
+
+RAW_TABLE = """
+DROP TABLE IF EXISTS bench_raw;
+CREATE TABLE bench_raw (
+    id             uuid PRIMARY KEY,
+    partition_id   uuid,
+    seq            bigint,
+    transaction_id text,
+    payload        jsonb,
+    created_at     timestamptz DEFAULT now(),
+    UNIQUE (partition_id, transaction_id)
+);
+"""
+
+RAW_INSERT_ONE = ("INSERT INTO bench_raw (id, partition_id, seq, transaction_id, payload) "
+                  "VALUES ($1, $2, $3, $4, $5::jsonb)")
+RAW_INSERT_MANY = ("INSERT INTO bench_raw (id, partition_id, seq, transaction_id, payload) "
+                   "SELECT i, p, s, t, d::jsonb "
+                   "FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::text[], $5::text[]) "
+                   "AS u(i, p, s, t, d)")
+RAW_POP_SELECT = ("SELECT id, partition_id, seq, transaction_id, payload FROM bench_raw "
+                  "LIMIT $1 FOR UPDATE SKIP LOCKED")
+RAW_POP_DELETE = "DELETE FROM bench_raw WHERE id = ANY($1::uuid[])"
+
+
+class Rows:
+    """N messages over P partitions.  Sent in chunks of ``batch``: chunk k goes to partition
+    k % P (at batch 1 that is message i -> partition i % P)."""
+
+    def __init__(self, n: int, partitions: int) -> None:
+        self.n = n
+        self.partitions = partitions
+        self.partition_ids = [uuid.uuid4() for _ in range(partitions)]
+        self.txids = [str(uuid.uuid4()) for _ in range(n)]
+        self.payloads = [payload_json(i % partitions, i // partitions) for i in range(n)]
+
+    def chunks(self, batch: int) -> list[range]:
+        return [range(s, min(s + batch, self.n)) for s in range(0, self.n, batch)]
+
+    def push_body(self, queue: str, chunk: range, batch: int) -> bytes:
+        # One request targets one partition, like a producer keyed by partition.
+        part = f"p{(chunk.start // batch) % self.partitions}"
+        items = ",".join(
+            f'{{"queue":"{queue}","partition":"{part}","transactionId":"{self.txids[i]}",'
+            f'"payload":{self.payloads[i]}}}' for i in chunk)
+        return ('{"items":[' + items + "]}").encode()
+
+    def raw_args(self, chunk: range, batch: int) -> tuple[list, list, list, list, list]:
+        p = self.partition_ids[(chunk.start // batch) % self.partitions]
+        return ([uuid.uuid4() for _ in chunk], [p] * len(chunk),
+                [i // self.partitions for i in chunk], [self.txids[i] for i in chunk],
+                [self.payloads[i] for i in chunk])
+
+
+# ----------------------------------------------------------------------------------------------
+# phases shared by push and pop
+# ----------------------------------------------------------------------------------------------
+
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+async def http_push(url: str, queue: str, rows: Rows, batch: int, concurrency: int,
+                    cap_s: float, label: str) -> Phase:
+    chunks = rows.chunks(batch)
+    bodies = [rows.push_body(queue, c, batch) for c in chunks]  # built before the clock starts
+    phase = Phase(label, rows.n)
+    it = iter(zip(chunks, bodies))
+    async with http_client(url, concurrency) as client:
+        deadline = time.perf_counter() + cap_s
+
+        async def worker(_: int) -> None:
+            for chunk, body in it:
+                if time.perf_counter() > deadline:
+                    return
+                try:
+                    r = await client.post("/api/v1/push", content=body, headers=JSON_HEADERS)
+                    phase.requests += 1
+                    if r.status_code not in (200, 201):
+                        phase.error(f"HTTP {r.status_code}: {r.text}")
+                        continue
+                    queued = sum(1 for x in r.json() if x.get("status") == "queued")
+                    phase.done += queued
+                    if queued != len(chunk):
+                        phase.error(f"{len(chunk) - queued} items not queued: {r.text}")
+                except (httpx.HTTPError, OSError, asyncio.IncompleteReadError) as exc:
+                    phase.error(repr(exc))
+
+        phase.elapsed = await run_workers(concurrency, worker)
+    return phase
+
+
+async def raw_push(pool: asyncpg.Pool, rows: Rows, batch: int, concurrency: int,
+                   cap_s: float, label: str) -> Phase:
+    chunks = rows.chunks(batch)
+    args = [rows.raw_args(c, batch) for c in chunks]
+    phase = Phase(label, rows.n)
+    it = iter(zip(chunks, args))
+    deadline = time.perf_counter() + cap_s
+
+    async def worker(_: int) -> None:
+        async with pool.acquire() as con:
+            for chunk, a in it:
+                if time.perf_counter() > deadline:
+                    return
+                try:
+                    if batch == 1:
+                        await con.execute(RAW_INSERT_ONE, a[0][0], a[1][0], a[2][0], a[3][0],
+                                          a[4][0])
+                    else:
+                        await con.execute(RAW_INSERT_MANY, *a)
+                    phase.requests += 1
+                    phase.done += len(chunk)
+                except asyncpg.PostgresError as exc:
+                    phase.error(repr(exc))
+
+    phase.elapsed = await run_workers(concurrency, worker)
+    return phase
+
+
+async def http_pop_ack(url: str, queue: str, n: int, batch: int, concurrency: int,
+                       cap_s: float, label: str) -> Phase:
+    phase = Phase(label, n)
+    path = f"/api/v1/pop/queue/{queue}?batch={batch}&wait=false"
+    async with http_client(url, concurrency) as client:
+        deadline = time.perf_counter() + cap_s
+
+        async def worker(_: int) -> None:
+            while phase.done < n and time.perf_counter() < deadline:
+                try:
+                    r = await client.get(path)
+                    phase.requests += 1
+                    if r.status_code not in (200, 204):
+                        phase.error(f"pop HTTP {r.status_code}: {r.text}")
+                        continue
+                    body = r.json() if r.content else {}
+                    messages = body.get("messages") or []
+                    if not messages:
+                        # every partition with messages is leased by another worker
+                        phase.empty += 1
+                        await asyncio.sleep(0.002)
+                        continue
+                    acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                             "leaseId": m["leaseId"], "status": "completed"} for m in messages]
+                    r = await client.post("/api/v1/ack/batch",
+                                          content=json.dumps({"acknowledgments": acks}),
+                                          headers=JSON_HEADERS)
+                    phase.requests += 1
+                    if r.status_code != 200:
+                        phase.error(f"ack HTTP {r.status_code}: {r.text}")
+                        continue
+                    ok = sum(1 for x in r.json() if x.get("success"))
+                    phase.done += ok
+                    if ok != len(messages):
+                        phase.error(f"{len(messages) - ok} acks refused: {r.text}")
+                except (httpx.HTTPError, OSError, asyncio.IncompleteReadError) as exc:
+                    phase.error(repr(exc))
+
+        phase.elapsed = await run_workers(concurrency, worker)
+    return phase
+
+
+async def raw_pop_ack(pool: asyncpg.Pool, n: int, batch: int, concurrency: int,
+                      cap_s: float, label: str) -> Phase:
+    phase = Phase(label, n)
+    deadline = time.perf_counter() + cap_s
+
+    async def worker(_: int) -> None:
+        async with pool.acquire() as con:
+            while phase.done < n and time.perf_counter() < deadline:
+                try:
+                    async with con.transaction():
+                        rows = await con.fetch(RAW_POP_SELECT, batch)
+                        if rows:
+                            await con.execute(RAW_POP_DELETE, [r["id"] for r in rows])
+                    phase.requests += 1
+                    if not rows:
+                        phase.empty += 1
+                        await asyncio.sleep(0.002)
+                        continue
+                    phase.done += len(rows)
+                except asyncpg.PostgresError as exc:
+                    phase.error(repr(exc))
+
+    phase.elapsed = await run_workers(concurrency, worker)
+    return phase
+
+
+# ----------------------------------------------------------------------------------------------
+# the benchmarks
+# ----------------------------------------------------------------------------------------------
+
+class Env:
+    """One benchmark's PostgreSQL + broker (+ an asyncpg pool for the baseline)."""
+
+    def __init__(self, broker_env: dict[str, str] | None = None) -> None:
+        self.broker_env = broker_env or {}
+        self.db: Database | None = None
+        self.broker: Broker | None = None
+
+    def __enter__(self) -> "Env":
+        t = time.perf_counter()
+        self.db = start_database()
+        try:
+            self.broker = Broker(self.db, **self.broker_env)
+        except Exception:
+            self.db.stop()
+            raise
+        log(f"{self.db.kind} PostgreSQL on {self.db.host}:{self.db.port}, broker on "
+            f"{self.broker.url} (started in {time.perf_counter() - t:.1f}s)")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.broker is not None:
+            self.broker.stop()
+        if self.db is not None:
+            self.db.stop()
+
+    async def pool(self, size: int) -> asyncpg.Pool:
+        return await asyncpg.create_pool(self.db.dsn, min_size=size, max_size=size)
+
+
+async def warm_up(env: Env, args: argparse.Namespace) -> dict[str, float]:
+    """Warm the broker (pool connections, queue caches) off the clock, then measure what each
+    load generator can do against it (GET /health req/s): the ceiling of any HTTP figure."""
+    rows = Rows(min(500, args.partitions * 20), args.partitions)
+    await http_push(env.broker.url, f"bench-warmup-{uuid.uuid4().hex[:8]}", rows, 1,
+                    args.concurrency, 30, "warm-up")
+    global CLIENT
+    chosen, ceilings = CLIENT, {}
+    for CLIENT in ("httpx", "raw"):
+        ceilings[CLIENT] = await client_ceiling(env.broker.url, args.concurrency)
+    CLIENT = chosen
+    log("client ceiling (C={}, GET /health): {}".format(
+        args.concurrency, ", ".join(f"{k} {fmt_rate(v)} req/s" for k, v in ceilings.items())))
+    return ceilings
+
+
+def check_phases(phases: list[Phase], failures: list[str]) -> None:
+    for p in phases:
+        if p.errors:
+            failures.append(f"{p.label}: {p.errors} errors (first: {p.first_error})")
+        if p.truncated:
+            log(f"note: {p.label} hit the time cap after {p.done}/{p.target} messages")
+
+
+def throughput_rows(results: list[dict]) -> list[list[Any]]:
+    return [[f"batch {r['batch']}", r["messages"], fmt_rate(r["broker_msgs_per_s"]),
+             fmt_rate(r["raw_msgs_per_s"]), fmt_ratio(r["ratio"])] for r in results]
+
+
+async def bench_push(args: argparse.Namespace, failures: list[str]) -> dict:
+    sizes = [(1, args.push_n1), (100, args.push_n100)]
+    results = []
+    with Env() as env:
+        pool = await env.pool(args.concurrency)
+        try:
+            await pool.execute(RAW_TABLE)
+            ceiling = await warm_up(env, args)
+            for batch, n in sizes:
+                broker_rates, raw_rates, phases = [], [], []
+                for rnd in range(args.rounds):
+                    rows = Rows(n, args.partitions)
+                    queue = f"bench-push-{batch}-{uuid.uuid4().hex[:8]}"
+                    p = await http_push(env.broker.url, queue, rows, batch, args.concurrency,
+                                        args.max_seconds, f"push broker b={batch} r={rnd}")
+                    log(f"broker push batch {batch}: {p.done} msgs in {p.elapsed:.2f}s = "
+                        f"{fmt_rate(p.rate)} msg/s")
+                    await pool.execute("TRUNCATE bench_raw")
+                    q = await raw_push(pool, rows, batch, args.concurrency, args.max_seconds,
+                                       f"push raw b={batch} r={rnd}")
+                    log(f"raw    push batch {batch}: {q.done} msgs in {q.elapsed:.2f}s = "
+                        f"{fmt_rate(q.rate)} msg/s")
+                    phases += [p, q]
+                    broker_rates.append(p.rate or 0.0)
+                    raw_rates.append(q.rate or 0.0)
+                check_phases(phases, failures)
+                b, r = median(broker_rates), median(raw_rates)
+                results.append({"batch": batch, "messages": n, "broker_msgs_per_s": b,
+                                "raw_msgs_per_s": r, "ratio": ratio(b, r),
+                                "phases": [x.as_dict() for x in phases]})
+        finally:
+            await pool.close()
+    print()
+    print(table(["push", "messages", "broker msg/s", "raw msg/s", "broker/raw"],
+                throughput_rows(results)))
+    print(f"  load generator: {CLIENT} client; ceiling at C={args.concurrency} (GET /health): "
+          f"{fmt_rate(ceiling[CLIENT])} req/s (httpx: {fmt_rate(ceiling['httpx'])} req/s)")
+    return {"client": CLIENT, "client_ceiling_req_per_s": ceiling, "results": results}
+
+
+async def bench_pop(args: argparse.Namespace, failures: list[str]) -> dict:
+    sizes = [(1, args.pop_n1), (100, args.pop_n100)]
+    results = []
+    with Env() as env:
+        pool = await env.pool(args.concurrency)
+        try:
+            await pool.execute(RAW_TABLE)
+            ceiling = await warm_up(env, args)
+            for batch, n in sizes:
+                broker_rates, raw_rates, phases = [], [], []
+                for rnd in range(args.rounds):
+                    rows = Rows(n, args.partitions)
+                    queue = f"bench-pop-{batch}-{uuid.uuid4().hex[:8]}"
+                    # pre-fill (not timed): batch-100 pushes, message i -> partition i % P
+                    fill = await http_push(env.broker.url, queue, rows, 100,
+                                           args.concurrency, 120, f"pop prefill b={batch}")
+                    if fill.done != n:
+                        failures.append(f"pop prefill: {fill.done}/{n} queued "
+                                        f"({fill.first_error})")
+                    await pool.execute("TRUNCATE bench_raw")
+                    for chunk in rows.chunks(100):
+                        await pool.execute(RAW_INSERT_MANY, *rows.raw_args(chunk, 100))
+                    await pool.execute("VACUUM ANALYZE bench_raw")
+
+                    p = await http_pop_ack(env.broker.url, queue, n, batch, args.concurrency,
+                                           args.max_seconds, f"pop broker b={batch} r={rnd}")
+                    log(f"broker pop+ack batch {batch}: {p.done} msgs in {p.elapsed:.2f}s = "
+                        f"{fmt_rate(p.rate)} msg/s ({p.empty} empty pops)")
+                    q = await raw_pop_ack(pool, n, batch, args.concurrency, args.max_seconds,
+                                          f"pop raw b={batch} r={rnd}")
+                    log(f"raw    pop+del batch {batch}: {q.done} msgs in {q.elapsed:.2f}s = "
+                        f"{fmt_rate(q.rate)} msg/s")
+                    phases += [p, q]
+                    broker_rates.append(p.rate or 0.0)
+                    raw_rates.append(q.rate or 0.0)
+                check_phases(phases, failures)
+                b, r = median(broker_rates), median(raw_rates)
+                results.append({"batch": batch, "messages": n, "broker_msgs_per_s": b,
+                                "raw_msgs_per_s": r, "ratio": ratio(b, r),
+                                "phases": [x.as_dict() for x in phases]})
+        finally:
+            await pool.close()
+    print()
+    print(table(["pop+ack", "messages", "broker msg/s", "raw msg/s", "broker/raw"],
+                throughput_rows(results)))
+    print(f"  load generator: {CLIENT} client; ceiling at C={args.concurrency} (GET /health): "
+          f"{fmt_rate(ceiling[CLIENT])} req/s (httpx: {fmt_rate(ceiling['httpx'])} req/s); "
+          f"pop+ack costs 2 requests per pop")
+    return {"client": CLIENT, "client_ceiling_req_per_s": ceiling, "results": results}
+
+
+async def bench_wake(args: argparse.Namespace, failures: list[str]) -> dict:
+    tries, warmup = args.wake_tries, 5
+    delay = args.wake_delay_ms / 1000
+    from_resp: list[float] = []
+    from_send: list[float] = []
+    push_rtt: list[float] = []
+    empty = 0
+    with Env() as env:
+        async with http_client(env.broker.url, 2) as pops, \
+                http_client(env.broker.url, 2) as pushes:
+            for i in range(warmup + tries):
+                queue = f"bench-wake-{uuid.uuid4().hex[:12]}"
+
+                async def pop() -> tuple[float, dict]:
+                    r = await pops.get(f"/api/v1/pop/queue/{queue}?wait=true&timeout=5000")
+                    return time.perf_counter(), (r.json() if r.content else {})
+
+                task = asyncio.create_task(pop())
+                await asyncio.sleep(delay)
+                body = json.dumps({"items": [{"queue": queue, "payload": {"try": i}}]})
+                t_send = time.perf_counter()
+                r = await pushes.post("/api/v1/push", content=body, headers=JSON_HEADERS)
+                t_resp = time.perf_counter()
+                t_pop, popped = await task
+                if r.status_code not in (200, 201):
+                    failures.append(f"wake: push HTTP {r.status_code}: {r.text[:200]}")
+                    break
+                if not popped.get("messages"):
+                    empty += 1
+                    continue
+                if i < warmup:
+                    continue
+                from_resp.append((t_pop - t_resp) * 1000)
+                from_send.append((t_pop - t_send) * 1000)
+                push_rtt.append((t_resp - t_send) * 1000)
+    if empty:
+        failures.append(f"wake: {empty} parked pops returned empty (not woken within 5 s)")
+
+    def stats(v: list[float]) -> dict:
+        return {"p50": percentile(v, 50), "p95": percentile(v, 95), "p99": percentile(v, 99),
+                "max": max(v) if v else None, "mean": statistics.fmean(v) if v else None}
+
+    result = {"tries": tries, "warmup": warmup, "delay_ms": args.wake_delay_ms,
+              "not_woken": empty, "target_p99_ms": 50,
+              "latency_from_push_response_ms": stats(from_resp),
+              "latency_from_push_send_ms": stats(from_send),
+              "push_round_trip_ms": stats(push_rtt),
+              "samples_from_push_response_ms": [round(x, 3) for x in from_resp]}
+    s = result["latency_from_push_response_ms"]
+    result["target_met"] = s["p99"] is not None and s["p99"] < 50
+    print()
+    rows = []
+    for label, key in (("wake after push response", "latency_from_push_response_ms"),
+                       ("wake after push send", "latency_from_push_send_ms"),
+                       ("push round trip", "push_round_trip_ms")):
+        st = result[key]
+        rows.append([label, fmt_ms(st["p50"]), fmt_ms(st["p95"]), fmt_ms(st["p99"]),
+                     fmt_ms(st["max"])])
+    print(table([f"wake ({len(from_resp)} tries), ms", "p50", "p95", "p99", "max"], rows))
+    print(f"  target p99 < 50 ms after the push response: "
+          f"{'met' if result['target_met'] else 'NOT met'}")
+    return result
+
+
+async def bench_consume(args: argparse.Namespace, failures: list[str]) -> dict:
+    from queen import Queen
+
+    n, parts, producers = args.consume_n, args.partitions, args.consume_producers
+    per_part = [len(range(p, n, parts)) for p in range(parts)]
+    chunk = 25
+    queue = f"bench-consume-{uuid.uuid4().hex[:8]}"
+    seen: dict[str, int] = {}
+    order: dict[int, list[int]] = {p: [] for p in range(parts)}
+    unique = 0
+    all_in = asyncio.Event()
+    t_last = 0.0
+    stop = asyncio.Event()
+
+    async def handler(msgs: Any) -> None:
+        nonlocal unique, t_last
+        for m in msgs if isinstance(msgs, list) else [msgs]:
+            tx = m["transactionId"]
+            count = seen.get(tx, 0)
+            seen[tx] = count + 1
+            data = m["data"]
+            order[data["p"]].append(data["seq"])
+            if count == 0:
+                unique += 1
+                t_last = time.perf_counter()
+        if unique >= n:
+            all_in.set()
+
+    with Env() as env:
+        async with Queen(url=env.broker.url) as client:
+            async def produce(k: int) -> None:
+                mine = [p for p in range(parts) if p % producers == k]
+                for start in range(0, max(per_part), chunk):
+                    for p in mine:
+                        seqs = range(start, min(start + chunk, per_part[p]))
+                        if not seqs:
+                            continue
+                        await client.queue(queue).partition(f"p{p}").push([
+                            {"transactionId": f"{queue}-{p}-{s}",
+                             "data": {"p": p, "seq": s, "pad": PAD}} for s in seqs])
+
+            consumer = (client.queue(queue).concurrency(args.consume_concurrency)
+                        .batch(args.consume_batch).partitions(1).wait(True)
+                        .timeout_millis(1000).idle_millis(int(args.max_seconds * 1000))
+                        .consume(handler, signal=stop))
+            t0 = time.perf_counter()
+            async def run_consumer() -> None:
+                await consumer
+
+            consume_task = asyncio.create_task(run_consumer())
+            await asyncio.gather(*(produce(k) for k in range(producers)))
+            t_produced = time.perf_counter()
+            try:
+                await asyncio.wait_for(all_in.wait(), timeout=args.max_seconds)
+            except asyncio.TimeoutError:
+                pass
+            # keep consuming a little: a duplicate delivered late still counts
+            await asyncio.sleep(1.0)
+            stop.set()
+            try:
+                await asyncio.wait_for(consume_task, timeout=15)
+            except asyncio.TimeoutError:
+                consume_task.cancel()
+                failures.append("consume: consumer did not stop within 15 s of the stop signal")
+
+    elapsed = (t_last - t0) if unique else 0.0
+    expected = {f"{queue}-{p}-{s}" for p in range(parts) for s in range(per_part[p])}
+    lost = len(expected - seen.keys())
+    duplicates = sum(1 for c in seen.values() if c > 1)
+    unexpected = len(seen.keys() - expected)
+    reordered = [p for p, seqs in order.items() if seqs != sorted(seqs)]
+    ok = lost == 0 and duplicates == 0 and unexpected == 0 and not reordered
+    if not ok:
+        failures.append(f"consume: lost={lost} duplicated={duplicates} unexpected={unexpected} "
+                        f"partitions out of order={reordered}")
+    result = {"messages": n, "partitions": parts, "producers": producers,
+              "consumer_concurrency": args.consume_concurrency,
+              "consumer_batch": args.consume_batch, "elapsed_s": elapsed,
+              "produce_elapsed_s": t_produced - t0,
+              "msgs_per_s": n / elapsed if elapsed and unique == n else None,
+              "delivered_unique": unique, "lost": lost, "duplicated": duplicates,
+              "unexpected": unexpected, "partitions_out_of_order": reordered,
+              "invariant_ok": ok}
+    print()
+    print(table(["consume (official client)", "value"], [
+        ["messages / partitions / producers", f"{n} / {parts} / {producers}"],
+        ["consumer concurrency / batch", f"{args.consume_concurrency} / {args.consume_batch}"],
+        ["producers done after (s)", f"{t_produced - t0:.2f}"],
+        ["last message handled after (s)", f"{elapsed:.2f}"],
+        ["end-to-end msg/s", fmt_rate(result["msgs_per_s"])],
+        ["lost / duplicated / reordered partitions", f"{lost} / {duplicates} / {len(reordered)}"],
+        ["invariant", "OK" if ok else "FAILED"],
+    ]))
+    return result
+
+
+RUNNERS = {"push": bench_push, "pop": bench_pop, "wake": bench_wake, "consume": bench_consume}
+
+
+# ----------------------------------------------------------------------------------------------
+# main
+# ----------------------------------------------------------------------------------------------
+
+def environment() -> dict:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE.parent,
+                             capture_output=True, text=True, timeout=5).stdout.strip()
+    except Exception:
+        rev = ""
+    return {"python": platform.python_version(), "platform": platform.platform(),
+            "cpus": os.cpu_count(), "git_rev": rev or None,
+            "database": "external" if os.environ.get("PG_HOST") else "embedded"}
+
+
+def summary_rows(name: str, res: dict) -> list[list[str]]:
+    if name in ("push", "pop"):
+        what = "push" if name == "push" else "pop+ack"
+        c = res["client_ceiling_req_per_s"]
+        ceiling = [[f"{name}: load generator ceiling, GET /health",
+                    f"{fmt_rate(c[res['client']])} req/s ({res['client']})",
+                    f"httpx: {fmt_rate(c['httpx'])} req/s", ""]]
+        return ceiling + [[f"{name}: {what} batch {r['batch']}", f"{fmt_rate(r['broker_msgs_per_s'])} msg/s",
+                 f"{fmt_rate(r['raw_msgs_per_s'])} msg/s", fmt_ratio(r["ratio"])]
+                for r in res["results"]]
+    if name == "wake":
+        s = res["latency_from_push_response_ms"]
+        t = res["latency_from_push_send_ms"]
+        return [["wake: after push response p50/p95/p99/max",
+                 f"{fmt_ms(s['p50'])}/{fmt_ms(s['p95'])}/{fmt_ms(s['p99'])}/{fmt_ms(s['max'])} ms",
+                 "target p99 < 50 ms", "met" if res["target_met"] else "NOT met"],
+                ["wake: after push send p50/p99",
+                 f"{fmt_ms(t['p50'])}/{fmt_ms(t['p99'])} ms", "", ""]]
+    if name == "consume":
+        return [["consume: official client end-to-end",
+                 f"{fmt_rate(res['msgs_per_s'])} msg/s ({res['elapsed_s']:.2f} s)",
+                 f"{res['messages']} msgs, {res['partitions']} partitions",
+                 "order/loss/dup OK" if res["invariant_ok"] else "INVARIANT FAILED"]]
+    return []
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("names", nargs="*", metavar="NAME",
+                    help=f"benchmarks to run, of {', '.join(BENCHMARKS)} (default: all)")
+    ap.add_argument("-c", "--concurrency", type=int, default=16,
+                    help="concurrent client tasks (push/pop) and raw pool size")
+    ap.add_argument("--client", choices=("raw", "httpx"), default="raw",
+                    help="HTTP load generator for push/pop/wake: a minimal asyncio HTTP/1.1 "
+                         "keep-alive client, or httpx.AsyncClient (~10x more client CPU per "
+                         "request: on 2 cores it caps near 450 req/s and hides the broker)")
+    ap.add_argument("--no-uvloop", action="store_true",
+                    help="run the load generator on the default asyncio loop, not uvloop")
+    ap.add_argument("--partitions", type=int, default=16, help="partitions per queue")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat each push/pop measurement (broker then raw) and report medians")
+    ap.add_argument("--push-n1", type=int, default=5000, help="messages pushed at batch 1")
+    ap.add_argument("--push-n100", type=int, default=50000, help="messages pushed at batch 100")
+    ap.add_argument("--pop-n1", type=int, default=3000, help="messages popped at batch 1")
+    ap.add_argument("--pop-n100", type=int, default=30000, help="messages popped at batch 100")
+    ap.add_argument("--wake-tries", type=int, default=200, help="measured wake-up tries")
+    ap.add_argument("--wake-delay-ms", type=int, default=500,
+                    help="time a pop stays parked before the push")
+    ap.add_argument("--consume-n", type=int, default=10000, help="messages through consume()")
+    ap.add_argument("--consume-producers", type=int, default=4, help="concurrent producers")
+    ap.add_argument("--consume-concurrency", type=int, default=8, help="consume() workers")
+    ap.add_argument("--consume-batch", type=int, default=50, help="consume() batch size")
+    ap.add_argument("--max-seconds", type=float, default=60.0,
+                    help="time cap of each measured phase")
+    ap.add_argument("--results-dir", default=os.environ.get("BENCH_RESULTS_DIR",
+                                                            "/tmp/queen-bench-results"),
+                    help="where the JSON results go")
+    args = ap.parse_args(argv)
+    unknown = [n for n in args.names if n not in BENCHMARKS]
+    if unknown:
+        ap.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+    if min(args.concurrency, args.partitions, args.rounds, args.consume_producers,
+           args.consume_concurrency, args.consume_batch) < 1:
+        ap.error("counts must be >= 1")
+    args.names = args.names or list(BENCHMARKS)
+    return args
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    results_dir = Path(args.results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    env = environment()
+    summary: list[list[str]] = []
+    written: list[Path] = []
+    all_failures: list[str] = []
+    t_all = time.perf_counter()
+    print(f"benchmarks: {', '.join(args.names)} (python {env['python']}, {env['cpus']} cpus, "
+          f"{env['database']} PostgreSQL, client {args.client} on {args.loop})")
+    for name in args.names:
+        print(f"\n== {name} " + "=" * (70 - len(name)), flush=True)
+        failures: list[str] = []
+        t = time.perf_counter()
+        try:
+            res = await RUNNERS[name](args, failures)
+        except Exception as exc:  # one broken benchmark does not hide the others
+            failures.append(f"{name}: crashed: {exc!r}")
+            res = None
+        for f in failures:
+            print(f"  FAILED: {f}")
+        all_failures += failures
+        doc = {"benchmark": name, "timestamp": stamp, "duration_s": time.perf_counter() - t,
+               "environment": env, "parameters": {k: v for k, v in vars(args).items()
+                                                   if k != "names"},
+               "failures": failures, "result": res}
+        path = results_dir / f"{name}-{stamp}.json"
+        path.write_text(json.dumps(doc, indent=2, default=str))
+        written.append(path)
+        if res is not None:
+            summary += summary_rows(name, res)
+        else:
+            summary.append([f"{name}: crashed", "-", "-", "-"])
+
+    print("\n== summary " + "=" * 63)
+    print(table(["benchmark", "broker", "baseline: raw asyncpg / target", "broker/raw, verdict"],
+                summary))
+    print(f"total time {time.perf_counter() - t_all:.0f}s; results:")
+    for p in written:
+        print(f"  {p}")
+    if all_failures:
+        print(f"{len(all_failures)} failure(s):")
+        for f in all_failures:
+            print(f"  - {f}")
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    global CLIENT
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    CLIENT = args.client
+    if not args.no_uvloop:
+        try:
+            import uvloop
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+            args.loop = "uvloop"
+        except ImportError:
+            args.loop = "asyncio"
+    else:
+        args.loop = "asyncio"
+    return asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

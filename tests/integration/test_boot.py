@@ -1,0 +1,58 @@
+"""Boot: configuration errors stop the broker; schema application is race-free."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import asyncpg
+import pytest
+
+from tests.conftest import ROOT, Database, start_broker
+
+
+def test_bad_configuration_stops_the_broker_with_a_message_naming_the_variable(database):
+    env = {**os.environ, **database.env(), "PORT": "not-a-port"}
+    proc = subprocess.run([sys.executable, "-m", "broker"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0
+    assert "PORT" in proc.stderr and "not-a-port" in proc.stderr
+
+
+@pytest.fixture
+async def fresh_database(database):
+    """An empty database on the same server, dropped afterwards."""
+    name = f"boot_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(database.dsn)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield Database(database.host, database.port, database.user, database.password, name)
+    finally:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def test_brokers_booting_together_on_an_empty_database_agree_on_the_schema(
+        fresh_database, tmp_path):
+    """Invariant 64: the boot advisory lock serialises DDL, so no replica fails."""
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(start_broker, fresh_database, tmp_path) for _ in range(3)]
+        brokers = [f.result() for f in futures]
+    try:
+        for b in brokers:
+            assert b.proc.poll() is None, b.log()
+        conn = await asyncpg.connect(fresh_database.dsn)
+        try:
+            tables = {r["tablename"] for r in await conn.fetch(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'queen'")}
+            assert {"queues", "partitions", "messages", "log_consumers",
+                    "dead_letter_queue", "system_state"} <= tables
+            flags = await conn.fetch("SELECT key FROM queen.system_state ORDER BY key")
+            assert [r["key"] for r in flags] == ["maintenance_mode", "pop_maintenance_mode"]
+        finally:
+            await conn.close()
+    finally:
+        for b in brokers:
+            b.stop()
