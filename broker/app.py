@@ -18,7 +18,7 @@ from broker.config import Settings
 from broker.crypto import PayloadCipher
 from broker.http import CORS_HEADERS, error
 from broker.routes import admin, messages
-from broker.store.db import Store, StoreError, StoreUnavailable
+from broker.store.db import Store, StoreError, StoreInvalidValue, StoreUnavailable
 from broker.wire import BadRequest
 
 
@@ -112,6 +112,14 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     async def unavailable(request: Request, exc: StoreUnavailable):
         logger.warning("{} {}: {}", request.method, request.path, exc)
         return error("Database unavailable, retry later", 503)
+
+    @app.exception(StoreInvalidValue)
+    async def invalid_value(_request: Request, exc: StoreInvalidValue):
+        return error(str(exc), 400)
+
+    @app.exception(UnicodeError)
+    async def bad_unicode(_request: Request, exc: UnicodeError):
+        return error(f"invalid text (not encodable as UTF-8): {exc.reason}", 400)
 
     @app.exception(StoreError)
     async def store_error(request: Request, exc: StoreError):

@@ -17,6 +17,8 @@ from broker.store.db import QUEUE_MODE, AckRow
 from broker.store.sql import QUEUE_OPTIONS
 
 MAX_NAME = 255
+MAX_POP_BATCH = 10_000       # messages one pop may return
+MAX_POP_PARTITIONS = 1_000   # partitions one wildcard pop may claim
 
 
 class BadRequest(Exception):
@@ -159,7 +161,11 @@ def q_bool(args: Mapping[str, Any], name: str, default: bool = False) -> bool:
     raise BadRequest(f"{name} must be true or false, got {value!r}")
 
 
-def q_int(args: Mapping[str, Any], name: str, default: int, minimum: int | None = None) -> int:
+INT32_MAX = 2**31 - 1
+
+
+def q_int(args: Mapping[str, Any], name: str, default: int, minimum: int | None = None,
+          maximum: int = INT32_MAX) -> int:
     value = args.get(name)
     if value is None or value == "":
         return default
@@ -169,7 +175,7 @@ def q_int(args: Mapping[str, Any], name: str, default: int, minimum: int | None 
         raise BadRequest(f"{name} must be an integer, got {value!r}") from None
     if minimum is not None and number < minimum:
         return minimum
-    return number
+    return min(number, maximum)
 
 
 def q_str(args: Mapping[str, Any], name: str) -> str | None:
@@ -228,8 +234,9 @@ def parse_pop(args: Mapping[str, Any], *, queue: str | None, partition: str | No
         namespace=namespace if queue is None else None,
         task=task if queue is None else None,
         group=group,
-        batch=q_int(args, "batch", default_batch, minimum=1),
-        max_partitions=1 if partition is not None else q_int(args, "partitions", 1, minimum=1),
+        batch=q_int(args, "batch", default_batch, minimum=1, maximum=MAX_POP_BATCH),
+        max_partitions=1 if partition is not None else q_int(args, "partitions", 1, minimum=1,
+                                                             maximum=MAX_POP_PARTITIONS),
         wait=q_bool(args, "wait"),
         timeout_ms=q_int(args, "timeout", default_timeout_ms, minimum=0),
         auto_ack=auto_ack,

@@ -206,6 +206,7 @@ class MeshPeer(AsyncioActor):
         # The first heartbeat tick is skipped: HELLO was just written.
         next_heartbeat = loop.time() + self._heartbeat_s
         eof = loop.create_task(reader.read(4096))
+        ready: asyncio.Task[Any] | None = None
         try:
             while True:
                 timeout = next_heartbeat - loop.time()
@@ -219,8 +220,7 @@ class MeshPeer(AsyncioActor):
                     done, _ = await asyncio.wait(
                         {ready, eof}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                     )
-                    if ready not in done:
-                        ready.cancel()
+                    ready.cancel()
                     if eof in done:
                         if eof.exception() is not None or not eof.result():
                             msg = "peer closed the connection"
@@ -233,4 +233,10 @@ class MeshPeer(AsyncioActor):
                 link.sent += len(frames)
                 await self._drain(writer)
         finally:
-            eof.cancel()
+            if eof.done():
+                if not eof.cancelled():
+                    eof.exception()  # retrieved: a reset is reported by the write side
+            else:
+                eof.cancel()
+            if ready is not None:
+                ready.cancel()

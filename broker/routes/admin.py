@@ -46,7 +46,7 @@ async def list_queues(request: Request):
     } for r in rows]})
 
 
-@bp.get("/api/v1/resources/queues/<queue:str>")
+@bp.get("/api/v1/resources/queues/<queue:str>", unquote=True)
 async def get_queue(request: Request, queue: str):
     q, partitions = await request.app.ctx.store.queue_detail(queue)
     if q is None:
@@ -68,7 +68,7 @@ async def get_queue(request: Request, queue: str):
                  "options": queue_options(q), "partitions": out, "totals": totals})
 
 
-@bp.delete("/api/v1/resources/queues/<queue:str>")
+@bp.delete("/api/v1/resources/queues/<queue:str>", unquote=True)
 async def delete_queue(request: Request, queue: str):
     existed = await request.app.ctx.store.delete_queue(queue)
     request.app.ctx.hints.queue_config_changed(queue, deleted=True)
@@ -108,7 +108,7 @@ async def dlq(request: Request):
                  "pagination": {"limit": limit, "offset": offset}})
 
 
-@bp.post("/api/v1/messages/<partition_id:str>/<transaction_id:str>/retry")
+@bp.post("/api/v1/messages/<partition_id:str>/<transaction_id:str>/retry", unquote=True)
 async def retry_dead_letter(request: Request, partition_id: str, transaction_id: str):
     """Re-enqueue a dead-lettered message: its DLQ rows go, and a copy with a derived
     transactionId is pushed to the same partition (every group sees the copy; the

@@ -59,12 +59,12 @@ async def push(request: Request):
 
 # -- pop --------------------------------------------------------------------
 
-@bp.get("/api/v1/pop/queue/<queue:str>/partition/<partition:str>")
+@bp.get("/api/v1/pop/queue/<queue:str>/partition/<partition:str>", unquote=True)
 async def pop_partition(request: Request, queue: str, partition: str):
     return await _pop(request, queue, partition)
 
 
-@bp.get("/api/v1/pop/queue/<queue:str>")
+@bp.get("/api/v1/pop/queue/<queue:str>", unquote=True)
 async def pop_queue(request: Request, queue: str):
     return await _pop(request, queue, None)
 
@@ -140,6 +140,11 @@ async def _pop(request: Request, queue: str | None, partition: str | None):
     return json({"success": False, "error": reason, "messages": []})
 
 
+# A leased partition is looked at again after at most this long, even when its
+# lease is longer: its lease may be released through another broker, whose ack
+# this broker's hot-list never hears about.
+LEASE_REVISIT_CAP_S = 5.0
+
 # A few candidates beyond the claim budget, so a false positive at the head of
 # the ring does not turn a pop with pending partitions into an empty answer.
 EXTRA_CANDIDATES = 3
@@ -186,8 +191,11 @@ def _verdicts(taken: list[tuple[str, int]], rows: list) -> list[tuple]:
     out = []
     for name, epoch in taken:
         verdict, secs = seen.get(name, ("requeue" if budget_ran_out else "empty", None))
-        if verdict == "leased" and secs is not None:
-            secs = time.monotonic() + secs  # the hot-list keeps monotonic time
+        if verdict == "took" and secs is not None:
+            secs = min(secs, LEASE_REVISIT_CAP_S)
+        elif verdict == "leased":
+            # the hot-list wants a monotonic deadline
+            secs = time.monotonic() + min(secs if secs is not None else 1.0, LEASE_REVISIT_CAP_S)
         out.append((name, epoch, verdict, secs))
     return out
 
@@ -226,15 +234,19 @@ def _pop_answer(app, req, rows, lease_id: str) -> dict:
 
 # -- ack --------------------------------------------------------------------
 
-async def _ack(request: Request, rows):
-    app = request.app
-    results = await (await app.ctx.ack_batcher.submit(rows))
+def leases_released(app, rows, results) -> None:
+    """A released lease may put a partition with more messages back in the ring."""
     if app.ctx.hotlist is not None:
-        # A released lease may put a partition with more messages back in the ring.
         for row, r in zip(rows, results):
             if r["lease_released"]:
                 app.ctx.hotlist.ack_released(r["queue_name"], row.consumer_group,
                                              r["partition_name"])
+
+
+async def _ack(request: Request, rows):
+    app = request.app
+    results = await (await app.ctx.ack_batcher.submit(rows))
+    leases_released(app, rows, results)
     return [ack_result(r, row.transaction_id, n) for n, (row, r) in enumerate(zip(rows, results))]
 
 
@@ -328,6 +340,9 @@ async def transaction(request: Request):
                                 "dlq": r["dlq"]})
     if not success:
         return json({"transactionId": txn_id, "success": False, "error": reason, "results": results})
+    for (kind, rows), res in zip(steps, step_results):
+        if kind == "ack":
+            leases_released(app, rows, res)
     wake_after_commit(app, {(item.queue, item.partition) for kind, item in flat
                             if kind == "push"})
     return json({"transactionId": txn_id, "success": True, "results": results})
@@ -335,7 +350,7 @@ async def transaction(request: Request):
 
 # -- lease ------------------------------------------------------------------
 
-@bp.post("/api/v1/lease/<lease_id:str>/extend")
+@bp.post("/api/v1/lease/<lease_id:str>/extend", unquote=True)
 async def extend_lease(request: Request, lease_id: str):
     body = body_object(read_json(request))
     seconds = body.get("seconds", 60)

@@ -43,6 +43,11 @@ _UNAVAILABLE = (
 )
 
 
+class StoreInvalidValue(StoreError):
+    """PostgreSQL refused a value the caller sent (SQLSTATE class 22: a NUL
+    character, NaN, a number out of range...): the caller's mistake, a 400."""
+
+
 class StoreConflict(StoreError):
     """PostgreSQL aborted the transaction (deadlock, serialization); safe to rerun."""
 
@@ -54,6 +59,8 @@ def _mapped_errors():
     except (asyncpg.exceptions.DeadlockDetectedError,
             asyncpg.exceptions.SerializationError) as exc:
         raise StoreConflict(f"{exc.__class__.__name__}: {exc}") from exc
+    except asyncpg.exceptions.DataError as exc:
+        raise StoreInvalidValue(f"invalid value: {exc}") from exc
     except _UNAVAILABLE as exc:
         raise StoreUnavailable(f"database unavailable: {exc.__class__.__name__}: {exc}") from exc
     except asyncpg.exceptions.PostgresError as exc:

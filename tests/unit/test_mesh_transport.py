@@ -384,14 +384,15 @@ async def test_never_seen_peer_is_neither_alive_nor_dead():
 
 async def test_heartbeats_flow_without_traffic():
     received: list[tuple[float, int, bytes]] = []
-    connected = asyncio.Event()
 
     async def sink(reader, writer):
-        connected.set()
-        with contextlib.suppress(FrameError, OSError):
-            while True:
-                frame_type, raw = await read_frame(reader)
-                received.append((time.monotonic(), frame_type, raw))
+        try:
+            with contextlib.suppress(FrameError, OSError):
+                while True:
+                    frame_type, raw = await read_frame(reader)
+                    received.append((time.monotonic(), frame_type, raw))
+        finally:
+            writer.close()
 
     server = await asyncio.start_server(sink, HOST, 0)
     port = server.sockets[0].getsockname()[1]
@@ -402,6 +403,7 @@ async def test_heartbeats_flow_without_traffic():
     finally:
         await peer.stop(block=False)
         server.close()
+        await server.wait_closed()
     assert received[0][1] == HELLO
     assert decode_payload(received[0][2])["server_id"] == "queen-a"
     beats = [r for r in received[1:]]
