@@ -151,3 +151,18 @@ def queue_name() -> str:
 def http(base_url):
     with httpx.Client(base_url=base_url, timeout=30) as client:
         yield client
+
+
+@pytest.fixture
+async def fresh_database(database):
+    """An empty database on the same server, dropped afterwards: for tests that
+    flip cluster-wide state (maintenance flags) or need a schema-less start."""
+    import asyncpg
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(database.dsn)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield Database(database.host, database.port, database.user, database.password, name)
+    finally:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin.close()

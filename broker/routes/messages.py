@@ -153,8 +153,8 @@ EXTRA_CANDIDATES = 3
 async def _claim(app, req, lease_id: str, hints: list[str]) -> list:
     """One pop attempt. Wildcard pops on one queue take their candidates from
     the hot-list (seeding it from PostgreSQL on first use and when the reseed
-    floor is due) and report back what PostgreSQL made of each; every other
-    pop lets PostgreSQL scan."""
+    floor is due) and report back what PostgreSQL made of each; an empty ring,
+    and every other kind of pop, lets PostgreSQL scan."""
     store, hotlist = app.ctx.store, app.ctx.hotlist
     common = dict(queue=req.queue, partition=req.partition, namespace=req.namespace,
                   task=req.task, group=req.group, batch=req.batch,
@@ -174,7 +174,10 @@ async def _claim(app, req, lease_id: str, hints: list[str]) -> list:
         take = await hotlist.take(req.queue, req.group, want)
     candidates = list(dict.fromkeys([*hints, *(name for name, _ in take.entries)]))
     if not candidates:
-        return [{"kind": "empty"}]
+        # The ring has nothing: let PostgreSQL scan. A partition whose mark was
+        # lost (a dropped mesh hint, a push through a broker with no mesh) is
+        # then found on the pop's next re-check, not at the next reseed.
+        return await store.pop(**common, hints=hints)
     rows = await store.pop(**common, hints=candidates, only_hints=True)
     if take.entries:
         hotlist.check_in(req.queue, req.group, _verdicts(take.entries, rows))

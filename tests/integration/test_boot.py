@@ -4,13 +4,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import asyncpg
-import pytest
 
-from tests.conftest import ROOT, Database, start_broker
+from tests.conftest import ROOT, start_broker
 
 
 def test_bad_configuration_stops_the_broker_with_a_message_naming_the_variable(database):
@@ -19,19 +17,6 @@ def test_bad_configuration_stops_the_broker_with_a_message_naming_the_variable(d
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode != 0
     assert "PORT" in proc.stderr and "not-a-port" in proc.stderr
-
-
-@pytest.fixture
-async def fresh_database(database):
-    """An empty database on the same server, dropped afterwards."""
-    name = f"boot_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(database.dsn)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield Database(database.host, database.port, database.user, database.password, name)
-    finally:
-        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 async def test_brokers_booting_together_on_an_empty_database_agree_on_the_schema(
