@@ -88,15 +88,18 @@ class Broker:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
+                message = f"broker exited with {self.proc.returncode}:\n{self.log()}"
+                self.stop()
+                raise RuntimeError(message)
             try:
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
+        message = f"broker did not become healthy:\n{self.log()}"
         self.stop()
-        raise RuntimeError(f"broker did not become healthy:\n{self.log()}")
+        raise RuntimeError(message)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

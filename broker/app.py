@@ -14,11 +14,13 @@ from actors.mesh import Mesh
 from actors.mesh.hints import Hints
 from actors.reconciler import CacheReconciler, MaintenanceFlags, QueueConfigCache
 from actors.runtime import stop_all
+from actors.spool import Spool
 from broker.config import Settings
 from broker.crypto import PayloadCipher
 from broker.http import CORS_HEADERS, error
-from broker.routes import admin, messages
-from broker.store.db import Store, StoreError, StoreInvalidValue, StoreUnavailable
+from broker.routes import admin, messages, system
+from broker.store.db import (Store, StoreConflict, StoreError, StoreInvalidValue,
+                             StoreUnavailable)
 from broker.wire import BadRequest
 
 
@@ -36,6 +38,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
 
     app.blueprint(messages.bp)
     app.blueprint(admin.bp)
+    app.blueprint(system.bp)
 
     @app.before_server_start
     async def start(app: Sanic) -> None:
@@ -82,6 +85,20 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             hints.start_dirty_flusher()
         elif settings.queen_sync_enabled:
             logger.info("mesh sync enabled but no peers configured: local waker only")
+        # The spool: recover what a previous run left before serving (behaviour.md §5.5).
+        spool = Spool.start(
+            settings.file_buffer_dir, replay=lambda events: messages.replay_spooled(app, events),
+            events_per_file=settings.file_buffer_events_per_file,
+            max_batch=settings.file_buffer_max_batch, flush_ms=settings.file_buffer_flush_ms,
+            is_transient=lambda exc: isinstance(exc, (StoreUnavailable, StoreConflict)),
+            start_paused=flags.push).proxy()
+        app.ctx.spool = spool
+        flags.listeners.append(
+            lambda which, enabled: (spool.pause() if enabled else spool.resume())
+            if which == "push" else None)
+        replayed = await spool.recover()
+        if replayed:
+            logger.info("spool: replayed {} event(s) left by a previous run", replayed)
         app.ctx.push_batcher = Batcher.start(
             store.push, max_items=settings.push_max_batch_items,
             max_concurrent=settings.push_max_concurrent, name="push").proxy()

@@ -265,7 +265,7 @@ VARIABLES: list[Variable] = [
        dynamic=lambda env: (env.get("HOSTNAME") or "").strip() or f"queen-{secrets.token_hex(4)}"),
     _v("QUEEN_SYNC_ENABLED", "true", "bool", "Take part in the broker mesh.", _bool),
     _v("QUEEN_MESH_PORT", "6633", "int",
-       "UDP port of the mesh (alias QUEEN_UDP_NOTIFY_PORT).", _PORT,
+       "TCP port the mesh listens on and dials peers at by default (legacy alias QUEEN_UDP_NOTIFY_PORT; the wire is TCP).", _PORT,
        aliases=("QUEEN_UDP_NOTIFY_PORT",)),
     _v("QUEEN_MESH_PEERS", "", "list",
        "Comma-separated host[:port] peers; port defaults to the mesh port (alias QUEEN_UDP_PEERS).",

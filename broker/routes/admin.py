@@ -144,6 +144,7 @@ async def health(request: Request):
         "version": "1.0.0",
         "brokerVersion": broker.__version__,
         "shared_state": await shared_state(app),
+        "spool": await app.ctx.spool.stats(),
         "queen": {"worker_id": settings.worker_id, "status": "active"},
     }
     return json(body, status=200 if ok else 503)

@@ -161,6 +161,10 @@ class Store:
             rows = await conn.fetch(sql.SYSTEM_FLAGS)
         return {r["key"]: bool(r["enabled"]) for r in rows}
 
+    async def set_system_flag(self, key: str, enabled: bool) -> None:
+        async with self.connection() as conn:
+            await conn.execute(sql.SET_SYSTEM_FLAG, key, enabled)
+
     async def configure(self, queue: str, namespace: str | None, task: str | None,
                         options: dict[str, Any]) -> asyncpg.Record:
         """Upsert a queue; options (by wire name) left out keep their values."""

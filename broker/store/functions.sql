@@ -385,11 +385,11 @@ BEGIN
                 success := false; error := 'Message not found';
             ELSIF it.mseq <= cur THEN
                 NULL;  -- already acknowledged (or dead-lettered): success again
-            ELSIF it.lease IS NOT NULL AND (l_id IS DISTINCT FROM it.lease OR l_exp IS NULL OR l_exp <= now()) THEN
-                success := false; error := 'Invalid or expired lease';
-            ELSIF released_by_failure THEN
+            ELSIF released_by_failure AND (it.lease IS NULL OR it.lease = lc.lease_id) THEN
                 -- an earlier failure in this call already sent the batch back
                 lease_released := true;
+            ELSIF it.lease IS NOT NULL AND (l_id IS DISTINCT FROM it.lease OR l_exp IS NULL OR l_exp <= now()) THEN
+                success := false; error := 'Invalid or expired lease';
             ELSIF it.st IN ('completed', 'success') THEN
                 cur := it.mseq; cur_id := it.mid; cur_created := it.mcreated;
                 acked := acked + 1; consumed := consumed + 1;

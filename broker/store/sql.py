@@ -63,6 +63,13 @@ FROM queen.system_state WHERE key IN ('maintenance_mode', 'pop_maintenance_mode'
 """
 """Both maintenance flags (a missing or malformed value reads as off)."""
 
+SET_SYSTEM_FLAG = """
+INSERT INTO queen.system_state (key, value, updated_at)
+VALUES ($1, jsonb_build_object('enabled', $2::boolean), now())
+ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()
+"""
+"""Persist one maintenance flag ('maintenance_mode' | 'pop_maintenance_mode')."""
+
 QUEUE_OPTIONS = (
     # (wire name, column, SQL type, default)
     ("priority", "priority", "integer", 0),

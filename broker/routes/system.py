@@ -1,0 +1,100 @@
+"""Maintenance modes (behaviour.md §4.2, api.md §15.4).
+
+The database holds the truth (queen.system_state); each broker mirrors both
+flags in memory, and the hot paths read only the mirror. A flip here sets the
+local flag, persists it, and tells the peers; a peer that misses the hint
+catches up at its next reconcile.
+"""
+from __future__ import annotations
+
+from loguru import logger
+from sanic import Blueprint, Request
+
+from broker.http import json, read_json
+from broker.store.db import StoreError, StoreUnavailable
+from broker.wire import BadRequest, body_object
+
+bp = Blueprint("system")
+
+FLAG_KEYS = {"push": "maintenance_mode", "pop": "pop_maintenance_mode"}
+
+
+def _enabled(request: Request) -> bool:
+    enabled = body_object(read_json(request)).get("enabled")
+    if not isinstance(enabled, bool):
+        raise BadRequest("enabled (boolean) is required")
+    return enabled
+
+
+async def _flip(app, which: str, enabled: bool) -> None:
+    app.ctx.flags.set(which, enabled, "HTTP")
+    try:
+        await app.ctx.store.set_system_flag(FLAG_KEYS[which], enabled)
+    except (StoreUnavailable, StoreError) as exc:
+        # Best effort: this broker and its peers flip now; a broker that misses
+        # the hint and reconciles from the database would revert it.
+        logger.warning("could not persist {}={} ({})", FLAG_KEYS[which], enabled, exc)
+    app.ctx.hints.maintenance_changed(which, enabled)
+
+
+async def _refresh_flags(app) -> None:
+    """Read both flags fresh (falls back to memory when the database is down)."""
+    try:
+        state = await app.ctx.store.read_system_flags()
+    except (StoreUnavailable, StoreError):
+        return
+    app.ctx.flags.set("push", state.get("maintenance_mode", False), "read")
+    app.ctx.flags.set("pop", state.get("pop_maintenance_mode", False), "read")
+
+
+async def _buffer(app) -> dict:
+    stats = await app.ctx.spool.stats()
+    failed = stats["failedFiles"]
+    return {
+        "bufferedMessages": stats["pendingCount"],
+        "bufferHealthy": stats["healthy"],
+        "bufferStats": {"pendingCount": stats["pendingCount"], "failedCount": stats["failedCount"],
+                        "dbHealthy": stats["dbHealthy"],
+                        "failedFiles": {**failed, "failoverCount": failed["count"],
+                                        "qos0Count": 0}},
+    }
+
+
+@bp.get("/api/v1/system/maintenance")
+async def get_maintenance(request: Request):
+    app = request.app
+    await _refresh_flags(app)
+    return json({"maintenanceMode": app.ctx.flags.push, "popMaintenanceMode": app.ctx.flags.pop,
+                 **await _buffer(app)})
+
+
+@bp.post("/api/v1/system/maintenance")
+async def set_maintenance(request: Request):
+    enabled = _enabled(request)
+    app = request.app
+    await _flip(app, "push", enabled)
+    buffer = await _buffer(app)
+    return json({"maintenanceMode": enabled, "bufferedMessages": buffer["bufferedMessages"],
+                 "bufferHealthy": buffer["bufferHealthy"],
+                 "message": "Maintenance mode ENABLED. All PUSHes routing to file buffer."
+                 if enabled else
+                 "Maintenance mode DISABLED. Background processor will drain buffer to DB."})
+
+
+@bp.get("/api/v1/system/maintenance/pop")
+async def get_pop_maintenance(request: Request):
+    app = request.app
+    await _refresh_flags(app)
+    on = app.ctx.flags.pop
+    return json({"popMaintenanceMode": on,
+                 "message": "Pop maintenance mode is ON. All POP operations return empty arrays."
+                 if on else "Pop maintenance mode is OFF. Normal operation."})
+
+
+@bp.post("/api/v1/system/maintenance/pop")
+async def set_pop_maintenance(request: Request):
+    enabled = _enabled(request)
+    await _flip(request.app, "pop", enabled)
+    return json({"popMaintenanceMode": enabled,
+                 "message": "Pop maintenance mode ENABLED. All POP operations will return empty arrays."
+                 if enabled else "Pop maintenance mode DISABLED. Normal operation resumed."})

@@ -1,0 +1,196 @@
+"""Maintenance modes, the disk spool and a PostgreSQL outage, with real broker
+processes and a real PostgreSQL that these tests stop and start.
+
+Invariant above all: every push the broker acknowledged (queued or buffered)
+ends up in PostgreSQL exactly once, in per-partition push order.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+
+from broker.embedded_pg import EmbeddedPostgres
+from tests.conftest import Database, free_port, start_broker
+
+
+@pytest.fixture(scope="module")
+def own_pg():
+    """A PostgreSQL of our own: these tests stop it, which nobody else may see."""
+    root = Path(tempfile.mkdtemp(prefix="qfpg", dir="/tmp"))
+    pg = EmbeddedPostgres(root / "data", port=free_port())
+    pg.start()
+    yield pg
+    pg.stop(mode="immediate")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def db(own_pg) -> Database:
+    if not own_pg.is_running():
+        own_pg.start()
+    return Database(own_pg.host, own_pg.port, "postgres", "postgres", "postgres",
+                    embedded=own_pg)
+
+
+@pytest.fixture
+def brokers(tmp_path):
+    started = []
+
+    def make(database: Database, **env: str):
+        b = start_broker(database, tmp_path, **env)
+        started.append(b)
+        return b
+
+    yield make
+    for b in started:
+        b.stop()
+
+
+async def stored(db: Database, queue: str) -> list[tuple[str, str]]:
+    """(partition, transactionId) of every stored message, in position order."""
+    conn = await asyncpg.connect(db.dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT p.name, m.transaction_id FROM queen.messages m "
+            "JOIN queen.partitions p ON p.id = m.partition_id "
+            "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 ORDER BY p.name, m.seq",
+            queue)
+        return [(r["name"], r["transaction_id"]) for r in rows]
+    finally:
+        await conn.close()
+
+
+def push(url: str, queue: str, partition: str, txids: list[str]) -> httpx.Response:
+    return httpx.post(url + "/api/v1/push", timeout=30, json={"items": [
+        {"queue": queue, "partition": partition, "transactionId": t, "payload": {"t": t}}
+        for t in txids]})
+
+
+def maintenance(url: str, enabled) -> httpx.Response:
+    return httpx.post(url + "/api/v1/system/maintenance", json={"enabled": enabled}, timeout=10)
+
+
+def test_maintenance_requires_a_boolean(db, brokers):
+    b = brokers(db)
+    for body in ({}, {"enabled": "yes"}, {"enabled": 1}):
+        r = maintenance(b.url, body.get("enabled")) if body else httpx.post(
+            b.url + "/api/v1/system/maintenance", json=body)
+        assert r.status_code == 400 and r.json() == {"error": "enabled (boolean) is required"}
+
+
+async def test_pushes_during_maintenance_are_buffered_then_land_in_order(db, brokers, queue_name):
+    """Invariants 39 and 40."""
+    b = brokers(db)
+    assert maintenance(b.url, True).json()["maintenanceMode"] is True
+    try:
+        expected = []
+        for batch in range(5):
+            for part in ("p1", "p2"):
+                txids = [f"{part}-{batch}-{i}" for i in range(3)]
+                r = push(b.url, queue_name, part, txids)
+                assert r.status_code == 201
+                assert {x["status"] for x in r.json()} == {"buffered"}
+                expected += [(part, t) for t in txids]
+        assert await stored(db, queue_name) == []
+        state = httpx.get(b.url + "/api/v1/system/maintenance").json()
+        assert state["maintenanceMode"] is True and state["bufferedMessages"] == 30
+    finally:
+        r = maintenance(b.url, False)
+        assert "DISABLED" in r.json()["message"]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and len(await stored(db, queue_name)) < 30:
+        await asyncio.sleep(0.1)
+    assert await stored(db, queue_name) == sorted(expected, key=lambda x: x[0])
+
+
+async def test_pushes_while_postgres_is_down_are_buffered_and_arrive_once(db, brokers, queue_name):
+    """Invariant 42, and recovery without a restart."""
+    b = brokers(db, DB_CONNECTION_TIMEOUT="500")
+    assert push(b.url, queue_name, "p", ["before"]).status_code == 200
+    db.embedded.stop(mode="immediate")
+    try:
+        buffered = []
+        for i in range(10):
+            r = push(b.url, queue_name, "p", [f"down-{i}"])
+            assert r.status_code == 201, r.text
+            assert r.json()[0]["status"] == "buffered"
+            buffered.append(f"down-{i}")
+        # Non-waiting pops and acks answer 503 with a clear error while it is down.
+        r = httpx.get(f"{b.url}/api/v1/pop/queue/{queue_name}", timeout=10)
+        assert r.status_code == 503 and "error" in r.json()
+        health = httpx.get(b.url + "/health", timeout=10)
+        assert health.status_code == 503 and health.json()["database"] == "disconnected"
+    finally:
+        db.embedded.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(await stored(db, queue_name)) < 11:
+        await asyncio.sleep(0.2)
+    got = [t for _, t in await stored(db, queue_name)]
+    assert got == ["before", *buffered]
+    # Recovered by itself: normal pushes are queued again.
+    assert push(b.url, queue_name, "p", ["after"]).json()[0]["status"] == "queued"
+
+
+def test_long_poll_rides_out_an_outage_and_answers_empty(db, brokers, queue_name):
+    b = brokers(db, DB_CONNECTION_TIMEOUT="500")
+    db.embedded.stop(mode="immediate")
+    try:
+        r = httpx.get(f"{b.url}/api/v1/pop/queue/{queue_name}",
+                      params={"wait": "true", "timeout": "1500"}, timeout=20)
+        assert r.status_code == 200 and r.json()["messages"] == []
+    finally:
+        db.embedded.start()
+
+
+async def test_kill_9_with_undrained_spool_then_restart_drains_everything(db, tmp_path, queue_name):
+    env = {"FILE_BUFFER_DIR": str(tmp_path / "spool")}
+    b = start_broker(db, tmp_path, **env)
+    try:
+        maintenance(b.url, True)
+        txids = [f"k-{i}" for i in range(20)]
+        for t in txids:
+            assert push(b.url, queue_name, "p", [t]).json()[0]["status"] == "buffered"
+        os.kill(b.proc.pid, signal.SIGKILL)
+        b.proc.wait(10)
+    finally:
+        b.stop()
+    # The flag is in PostgreSQL: switch it off there, then restart the broker.
+    conn = await asyncpg.connect(db.dsn)
+    await conn.execute("UPDATE queen.system_state SET value = '{\"enabled\": false}' "
+                       "WHERE key = 'maintenance_mode'")
+    await conn.close()
+    b2 = start_broker(db, tmp_path, **env)
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and len(await stored(db, queue_name)) < 20:
+            await asyncio.sleep(0.1)
+        assert [t for _, t in await stored(db, queue_name)] == txids
+    finally:
+        b2.stop()
+
+
+def test_unwritable_spool_reports_each_item_failed(db, brokers, tmp_path, queue_name):
+    spool_dir = tmp_path / "spool-broken"
+    b = brokers(db, FILE_BUFFER_DIR=str(spool_dir))
+    maintenance(b.url, True)
+    try:
+        shutil.rmtree(spool_dir)
+        spool_dir.write_text("not a directory")  # every file operation now fails
+        r = push(b.url, queue_name, "p", ["x1", "x2"])
+        assert r.status_code == 500
+        body = r.json()
+        assert [x["status"] for x in body] == ["failed", "failed"]
+        assert all(x["error"] for x in body)
+    finally:
+        spool_dir.unlink()
+        spool_dir.mkdir()
+        maintenance(b.url, False)

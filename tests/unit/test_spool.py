@@ -1,0 +1,382 @@
+"""The disk spool (actors/spool.py), behaviour.md §5 and §14 invariants 39-45.
+
+Real files in tmp_path. The database is faked at its boundary: ``FakeDB.replay``
+is what the broker's replay does (one all-or-nothing transaction per chunk,
+dedup by (queue, partition, transactionId), duplicates count as success) and
+can be told to fail transiently (unreachable) or permanently (rejected).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import actors.spool as spool_mod
+from actors.spool import Spool, SpoolError, encode_records, read_records
+
+
+class Unreachable(ConnectionError):
+    pass
+
+
+class Rejected(ValueError):
+    pass
+
+
+class FakeDB:
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self.keys: set[tuple] = set()
+        self.duplicates = 0
+        self.calls = 0
+        self.chunks: list[int] = []
+        self.down = False
+        self.poison: set[str] = set()  # transactionIds the server rejects
+        self.gate: asyncio.Event | None = None  # when set, replay waits for it
+        self.running = 0
+        self.max_running = 0
+
+    async def replay(self, events: list[dict]) -> None:
+        self.calls += 1
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            await asyncio.sleep(0)
+            if self.down:
+                raise Unreachable("connection refused")
+            if any(e["transactionId"] in self.poison for e in events):
+                raise Rejected("invalid input syntax")
+            self.chunks.append(len(events))
+            for e in events:  # one transaction: nothing above raised
+                key = (e["queue"], e["partition"], e["transactionId"])
+                if key in self.keys:
+                    self.duplicates += 1
+                else:
+                    self.keys.add(key)
+                    self.rows.append(e)
+        finally:
+            self.running -= 1
+
+    def tids(self, partition: str | None = None) -> list[str]:
+        return [r["transactionId"] for r in self.rows
+                if partition is None or r["partition"] == partition]
+
+
+def ev(tid: str, partition: str = "p0", queue: str = "q") -> dict:
+    return {"queue": queue, "partition": partition, "transactionId": tid,
+            "payload": {"n": tid, "text": "héllo"}, "traceId": None, "producerSub": None,
+            "encrypted": False}
+
+
+def files(directory: Path, suffix: str) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.name.endswith(suffix))
+
+
+async def until(cond, timeout: float = 3.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.005)
+
+
+class FixedClock:
+    def __init__(self, t: float = 1_700_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def db() -> FakeDB:
+    return FakeDB()
+
+
+@pytest.fixture
+def sdir(tmp_path) -> Path:
+    return tmp_path / "buffers"
+
+
+@pytest.fixture
+async def make(db, sdir):
+    refs = []
+
+    def start(directory: Path | None = None, **kw):
+        kw.setdefault("replay", db.replay)
+        kw.setdefault("is_transient", lambda exc: isinstance(exc, ConnectionError))
+        kw.setdefault("flush_ms", 5)
+        ref = Spool.start(directory or sdir, **kw)
+        refs.append(ref)
+        return ref
+
+    yield start
+    for ref in refs:
+        if ref.is_alive():
+            await ref.stop(block=False)
+    assert db.max_running <= 1, "the drain ran concurrently with itself"
+
+
+# -- file format and naming ------------------------------------------------------
+
+def test_reader_skips_bad_json_and_stops_at_torn_tail(tmp_path):
+    good = encode_records([ev("a"), ev("b")])
+    bad = (5).to_bytes(4, "little") + b"{nope"
+    tail = encode_records([ev("c")])
+    path = tmp_path / "x.buf"
+    path.write_bytes(good + bad + encode_records([ev("d")]) + tail[:-3])
+    events, skipped, torn = read_records(path)
+    assert [e["transactionId"] for e in events] == ["a", "b", "d"]
+    assert skipped == 1 and torn
+    assert events[0]["payload"] == {"n": "a", "text": "héllo"}
+
+
+def test_encode_requires_transaction_id_and_defaults_partition(tmp_path):
+    with pytest.raises(SpoolError):
+        encode_records([{"queue": "q", "payload": 1}])
+    path = tmp_path / "x.buf"
+    path.write_bytes(encode_records([{"queue": "q", "transactionId": "t", "payload": 1}]))
+    assert read_records(path)[0][0]["partition"] == "Default"
+
+
+async def test_rotation_finalizes_files_named_in_creation_order(make, sdir):
+    clock = FixedClock()  # same millisecond throughout: the sequence orders them
+    ref = make(events_per_file=3, start_paused=True, clock=clock)
+    spool = ref.proxy()
+    for i in range(7):
+        await spool.append([ev(f"t{i}")])
+    bufs = files(sdir, ".buf")
+    assert len(bufs) == 2 and len(files(sdir, ".tmp")) == 1
+    assert (sdir / "failed").is_dir() and oct(sdir.stat().st_mode & 0o777) == "0o755"
+    for p in bufs + files(sdir, ".tmp"):
+        assert spool_mod._NAME.match(p.name), p.name
+    assert [[e["transactionId"] for e in read_records(p)[0]] for p in bufs] == [
+        ["t0", "t1", "t2"], ["t3", "t4", "t5"]]
+    stats = await spool.stats()
+    assert stats["pendingCount"] == 7 and stats["pendingFiles"] == 3 and stats["paused"]
+
+    # shutdown finalizes the active file
+    await ref.stop(block=False)
+    assert files(sdir, ".tmp") == [] and len(files(sdir, ".buf")) == 3
+    old = {p.name for p in files(sdir, ".buf")}
+
+    # a restarted process with a clock running behind still names files after them
+    clock2 = FixedClock(clock.t - 60)
+    ref2 = make(events_per_file=3, start_paused=True, clock=clock2)
+    assert (await ref2.proxy().stats())["pendingCount"] == 7  # counted at start
+    await ref2.proxy().append([ev("t7")])
+    await ref2.stop(block=False)
+    names = [p.name for p in files(sdir, ".buf")]
+    assert names[:3] == sorted(old) and names[3] not in old and names == sorted(names)
+    assert [e["transactionId"] for e in read_records(sdir / names[3])[0]] == ["t7"]
+
+
+# -- draining -----------------------------------------------------------------------
+
+async def test_replays_in_per_partition_push_order_in_chunks(make, db, sdir):
+    spool = make(max_batch=3, events_per_file=4).proxy()
+    pushes = [[ev(f"{p}-{i}", partition=p) for p in ("a", "b") for i in range(n, n + 2)]
+              for n in range(0, 10, 2)]
+    for push in pushes:
+        await spool.append(push)
+    await until(lambda: len(db.rows) == 20)
+    assert db.tids("a") == [f"a-{i}" for i in range(10)]
+    assert db.tids("b") == [f"b-{i}" for i in range(10)]
+    assert max(db.chunks) <= 3
+    await until(lambda: files(sdir, ".buf") == [])
+    stats = await spool.stats()
+    assert stats["pendingCount"] == 0 and stats["pendingFiles"] == 0 and stats["dbHealthy"]
+
+
+async def test_pause_holds_everything_resume_drains(make, db, sdir):
+    spool = make(start_paused=True).proxy()
+    await spool.append([ev("a"), ev("b")])
+    await spool.append([ev("c")])
+    await asyncio.sleep(0.05)  # ten drain periods
+    assert db.calls == 0 and db.rows == []
+    assert files(sdir, ".buf") == [] and len(files(sdir, ".tmp")) == 1  # not even finalized
+    assert await spool.recover() == 0  # booting with maintenance on replays nothing
+    await spool.resume()
+    await until(lambda: len(db.rows) == 3)
+    assert db.tids() == ["a", "b", "c"]
+    await until(lambda: os.listdir(sdir) == ["failed"])
+    await spool.pause()
+    await spool.append([ev("d")])
+    await asyncio.sleep(0.03)
+    assert len(db.rows) == 3
+    assert (await spool.stats())["pendingCount"] == 1
+
+
+async def test_append_is_not_blocked_by_a_slow_replay(make, db, sdir):
+    db.gate = asyncio.Event()
+    spool = make().proxy()
+    await spool.append([ev("a")])
+    await until(lambda: db.calls == 1)  # the drain is stuck inside replay
+    for i in range(5):
+        await asyncio.wait_for(spool.append([ev(f"b{i}")]), 0.5)
+    assert (await asyncio.wait_for(spool.stats(), 0.5))["pendingCount"] == 6
+    db.gate.set()
+    await until(lambda: len(db.rows) == 6)
+    assert db.tids() == ["a"] + [f"b{i}" for i in range(5)]
+
+
+async def test_replaying_a_file_twice_inserts_nothing_twice(make, db, sdir, tmp_path):
+    """Invariant 41: crash after the commit, before the delete."""
+    spool = make(start_paused=True).proxy()
+    await spool.append([ev("a"), ev("b", "p1"), ev("c")])
+    assert await spool.finalize()
+    (buf,) = files(sdir, ".buf")
+    shutil.copy(buf, tmp_path / "copy")
+    await spool.resume()
+    await until(lambda: not buf.exists())
+    assert db.tids() == ["a", "b", "c"]
+    shutil.copy(tmp_path / "copy", buf)  # as if the delete never happened
+    await spool.kick()
+    await until(lambda: not buf.exists())
+    assert db.tids() == ["a", "b", "c"] and db.duplicates == 3
+    assert (await spool.stats())["pendingCount"] == 0  # never negative
+
+
+async def test_torn_last_record_still_replays_everything_before(make, db, sdir):
+    """Invariant 43."""
+    spool = make(start_paused=True).proxy()
+    await spool.append([ev(f"t{i}") for i in range(5)])
+    await spool.finalize()
+    (buf,) = files(sdir, ".buf")
+    os.truncate(buf, buf.stat().st_size - 7)
+    await spool.resume()
+    await until(lambda: not buf.exists())
+    assert db.tids() == ["t0", "t1", "t2", "t3"]
+
+
+async def test_recover_finalizes_and_replays_a_crashed_runs_tmp(make, db, sdir):
+    """Invariant 44: nothing of a crashed run's .tmp is lost, small files included."""
+    sdir.mkdir()
+    (sdir / "queen-1700000000000-00000000.buf").write_bytes(encode_records([ev("old")]))
+    crashed = sdir / "queen-1700000000001-00000000.tmp"
+    crashed.write_bytes(encode_records([ev("x1"), ev("x2", "p1")])
+                        + encode_records([ev("x3")])[:-2])  # torn mid-write
+    assert crashed.stat().st_size < 1024
+    (sdir / "queen-1700000000002-00000000.tmp").write_bytes(b"")  # empty: just deleted
+    spool = make(flush_ms=10_000).proxy()
+    assert (await spool.stats())["pendingCount"] == 3
+    assert await spool.recover() == 3
+    assert db.tids() == ["old", "x1", "x2"]
+    assert os.listdir(sdir) == ["failed"]
+    assert (await spool.stats())["pendingCount"] == 0
+
+
+async def test_recover_stops_at_first_failure_and_drain_continues(make, db, sdir):
+    sdir.mkdir()
+    for n in range(3):
+        (sdir / f"queen-170000000000{n}-00000000.buf").write_bytes(encode_records([ev(f"f{n}")]))
+    db.down = True
+    spool = make(flush_ms=10).proxy()
+    assert await spool.recover() == 0
+    assert len(files(sdir, ".buf")) == 3
+    db.down = False
+    await until(lambda: len(db.rows) == 3)
+    assert db.tids() == ["f0", "f1", "f2"]
+
+
+async def test_transient_failures_keep_files_in_place_then_drain(make, db, sdir):
+    """Invariant 45, first half: a down database never gets a file quarantined."""
+    db.down = True
+    spool = make(flush_ms=1, cooldown_after=1000).proxy()
+    await spool.append([ev("a")])
+    await spool.append([ev("b")])
+    await until(lambda: db.calls >= 20)
+    assert (await spool.stats())["dbHealthy"] is False
+    assert os.listdir(sdir / "failed") == []
+    assert len(files(sdir, ".buf")) >= 1 and db.rows == []
+    db.down = False
+    await until(lambda: len(db.rows) == 2)
+    assert db.tids() == ["a", "b"]
+    await until(lambda: files(sdir, ".buf") == [])
+    stats = await spool.stats()
+    assert stats["dbHealthy"] is True and stats["pendingCount"] == 0
+    assert stats["failedFiles"]["count"] == 0
+
+
+async def test_transient_failures_cool_down(make, db, sdir):
+    db.down = True
+    spool = make(flush_ms=1, cooldown_after=3, cooldown_s=0.3).proxy()
+    await spool.append([ev("a")])
+    await until(lambda: db.calls >= 3)
+    await asyncio.sleep(0.1)
+    assert db.calls == 3  # cooling down
+    db.down = False
+    await until(lambda: len(db.rows) == 1, timeout=2)
+
+
+async def test_poison_file_is_quarantined_after_5_and_newer_files_drain(make, db, sdir):
+    """Invariant 45, second half."""
+    db.poison = {"bad"}
+    spool = make(start_paused=True, flush_ms=2).proxy()
+    await spool.append([ev("ok1"), ev("bad")])
+    await spool.finalize()
+    await spool.append([ev("ok2")])
+    await spool.finalize()
+    poison_name = files(sdir, ".buf")[0].name
+    await spool.resume()
+    await until(lambda: "ok2" in db.tids())
+    assert db.calls == 6  # the head file 5 times, then the newer one
+    assert os.listdir(sdir / "failed") == [poison_name]
+    assert files(sdir, ".buf") == []
+    assert db.tids() == ["ok2"]  # the rejected chunk's transaction inserted nothing
+    stats = await spool.stats()
+    assert stats["failedFiles"]["count"] == 1 and stats["failedFiles"]["totalBytes"] > 0
+    assert stats["pendingCount"] == 0 and stats["dbHealthy"]
+
+
+# -- write failures ------------------------------------------------------------------
+
+async def test_unusable_directory_raises_clear_spool_error(make, tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    spool = make(not_a_dir).proxy()
+    with pytest.raises(SpoolError, match="spool write failed: .*Not a directory"):
+        await spool.append([ev("a"), ev("b")])
+    stats = await spool.stats()
+    assert stats["healthy"] is False and stats["failedCount"] == 2
+    assert stats["pendingCount"] == 0
+
+
+async def test_disk_full_midway_leaves_no_partial_request(make, db, sdir, monkeypatch):
+    real_write = os.write
+    budget = {"bytes": None}
+
+    def write(fd, data):
+        if budget["bytes"] is None:
+            return real_write(fd, data)
+        if budget["bytes"] <= 0:
+            raise OSError(28, "No space left on device")
+        n = real_write(fd, bytes(data[:budget["bytes"]]))
+        budget["bytes"] -= n
+        return n
+
+    monkeypatch.setattr(spool_mod, "_os_write", write)
+    spool = make(start_paused=True).proxy()
+    await spool.append([ev("a1"), ev("a2")])
+    (tmp,) = files(sdir, ".tmp")
+    size = tmp.stat().st_size
+    budget["bytes"] = 30  # the next push gets 30 bytes onto disk, then ENOSPC
+    with pytest.raises(SpoolError) as err:
+        await spool.append([ev("b1"), ev("b2"), ev("b3")])
+    assert str(err.value) == "spool write failed: [Errno 28] No space left on device"
+    assert tmp.stat().st_size == size
+    stats = await spool.stats()
+    assert stats["healthy"] is False and stats["failedCount"] == 3 and stats["pendingCount"] == 2
+    budget["bytes"] = None  # space again
+    await spool.append([ev("c1")])
+    assert (await spool.stats())["healthy"] is True
+    await spool.resume()
+    await until(lambda: len(db.rows) == 3)
+    await asyncio.sleep(0.02)
+    assert db.tids() == ["a1", "a2", "c1"]
