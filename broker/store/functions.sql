@@ -283,13 +283,14 @@ BEGIN
                 total_messages_consumed = l.total_messages_consumed + got,
                 total_batches_consumed = l.total_batches_consumed + 1,
                 lease_id = NULL, lease_expires_at = NULL, lease_last_seq = NULL,
-                batch_size = 0, acked_count = 0
+                batch_size = 0, acked_count = 0, updated_at = now()
             WHERE l.partition_id = c.pid AND l.consumer_group = p_group;
         ELSE
             UPDATE queen.log_consumers l
             SET lease_id = p_lease_id, lease_acquired_at = now(),
                 lease_expires_at = now() + make_interval(secs => lease_secs),
-                lease_last_seq = last_seq_read, batch_size = got, acked_count = 0
+                lease_last_seq = last_seq_read, batch_size = got, acked_count = 0,
+                updated_at = now()
             WHERE l.partition_id = c.pid AND l.consumer_group = p_group;
         END IF;
 
@@ -428,7 +429,8 @@ BEGIN
             total_messages_consumed = l.total_messages_consumed + consumed,
             total_batches_consumed = l.total_batches_consumed
                 + CASE WHEN lc.lease_id IS NOT NULL AND l_id IS NULL THEN 1 ELSE 0 END,
-            last_consumed_at = CASE WHEN consumed > 0 THEN now() ELSE l.last_consumed_at END
+            last_consumed_at = CASE WHEN consumed > 0 THEN now() ELSE l.last_consumed_at END,
+            updated_at = now()
         WHERE l.partition_id = g.pid AND l.consumer_group = g.grp;
     END LOOP;
 END;

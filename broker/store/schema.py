@@ -12,7 +12,7 @@ from importlib import resources
 import asyncpg
 
 BOOT_LOCK_ID = 737000
-SCHEMA_FILES = ("schema.sql", "functions.sql")
+SCHEMA_FILES = ("schema.sql", "schema_ops.sql", "functions.sql")
 
 
 def schema_sql() -> str:

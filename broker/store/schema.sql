@@ -78,6 +78,8 @@ CREATE TABLE IF NOT EXISTS queen.log_consumers (
     total_batches_consumed  bigint NOT NULL DEFAULT 0,
     last_consumed_at        timestamptz,
     created_at              timestamptz NOT NULL DEFAULT now(),
+    -- last change of cursor or lease: the stats reconciler recounts only what moved
+    updated_at              timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (partition_id, consumer_group)
 );
 CREATE INDEX IF NOT EXISTS log_consumers_lease_idx ON queen.log_consumers (lease_id) WHERE lease_id IS NOT NULL;

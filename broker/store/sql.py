@@ -38,7 +38,8 @@ ON CONFLICT (consumer_group, queue_name, partition_name, namespace, task) DO NOT
 
 EXTEND_LEASE = """
 UPDATE queen.log_consumers
-SET lease_expires_at = greatest(lease_expires_at, now() + make_interval(secs => $2))
+SET lease_expires_at = greatest(lease_expires_at, now() + make_interval(secs => $2)),
+    updated_at = now()
 WHERE lease_id = $1 AND lease_expires_at > now()
 RETURNING lease_expires_at
 """

@@ -1,0 +1,91 @@
+-- Operator-side tables: statistics, retention history, metrics, traces.
+-- Applied after schema.sql, idempotently, under the boot lock.
+
+-- Pre-aggregated counters, maintained by the stats reconciler (lock 737002).
+-- stat_type: 'partition' (stat_key = partition id), 'queue' (queue name),
+-- 'namespace', 'task', 'system' (stat_key = 'system').
+-- Counts are measured against a partition's effective cursor: queue mode's
+-- cursor when a __QUEUE_MODE__ row exists, else the least advanced cursor of
+-- its consumer groups, else the beginning.
+--   total         messages stored
+--   pending       messages after the effective cursor
+--   processing    messages handed out under live leases (any group) and not yet acked
+--   completed     total - pending (at or before the effective cursor, dead letters included)
+--   dead_letter   rows in dead_letter_queue
+CREATE TABLE IF NOT EXISTS queen.stats (
+    stat_type           text NOT NULL,
+    stat_key            text NOT NULL,
+    queue_name          text,
+    namespace           text,
+    task                text,
+    partition_id        uuid,
+    partition_name      text,
+    total_messages      bigint NOT NULL DEFAULT 0,
+    pending_messages    bigint NOT NULL DEFAULT 0,
+    processing_messages bigint NOT NULL DEFAULT 0,
+    completed_messages  bigint NOT NULL DEFAULT 0,
+    dead_letter_messages bigint NOT NULL DEFAULT 0,
+    oldest_pending_at   timestamptz,
+    newest_message_at   timestamptz,
+    max_lag_seconds     double precision,
+    child_count         bigint NOT NULL DEFAULT 0,   -- partitions (queue row), queues (ns/task/system)
+    last_scanned_at     timestamptz,
+    updated_at          timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (stat_type, stat_key)
+);
+CREATE INDEX IF NOT EXISTS stats_queue_idx ON queen.stats (queue_name);
+
+-- One row per partition and kind that lost rows to the retention sweep.
+CREATE TABLE IF NOT EXISTS queen.retention_history (
+    id               bigserial PRIMARY KEY,
+    partition_id     uuid,
+    queue_name       text,
+    partition_name   text,
+    messages_deleted bigint NOT NULL,
+    retention_type   text NOT NULL,   -- 'retention' | 'completed_retention' | 'max_wait_time_eviction'
+    executed_at      timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS retention_history_executed_idx ON queen.retention_history (executed_at);
+
+-- Written by every replica, ungated, keyed by host/port/worker.
+CREATE TABLE IF NOT EXISTS queen.system_metrics (
+    timestamp    timestamptz NOT NULL,   -- minute-truncated
+    hostname     text NOT NULL,
+    port         integer NOT NULL,
+    worker_id    text NOT NULL,
+    sample_count integer NOT NULL DEFAULT 1,
+    metrics      jsonb NOT NULL,
+    PRIMARY KEY (timestamp, hostname, port, worker_id)
+);
+
+CREATE TABLE IF NOT EXISTS queen.worker_metrics (
+    bucket_time timestamptz NOT NULL,    -- minute-truncated
+    hostname    text NOT NULL,
+    worker_id   text NOT NULL,
+    pid         integer NOT NULL,
+    counters    jsonb NOT NULL DEFAULT '{}',  -- added on upsert
+    gauges      jsonb NOT NULL DEFAULT '{}',  -- replaced on upsert
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (bucket_time, hostname, worker_id, pid)
+);
+
+-- Per-message trace events (POST /api/v1/traces).
+CREATE TABLE IF NOT EXISTS queen.message_traces (
+    id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    message_id     uuid NOT NULL REFERENCES queen.messages(id) ON DELETE CASCADE,
+    partition_id   uuid NOT NULL,
+    transaction_id text NOT NULL,
+    consumer_group text NOT NULL DEFAULT '__QUEUE_MODE__',
+    event_type     text NOT NULL DEFAULT 'info',
+    data           jsonb NOT NULL DEFAULT '{}',
+    worker_id      text,
+    created_at     timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS message_traces_message_idx ON queen.message_traces (message_id, created_at);
+
+CREATE TABLE IF NOT EXISTS queen.message_trace_names (
+    trace_id   uuid NOT NULL REFERENCES queen.message_traces(id) ON DELETE CASCADE,
+    trace_name text NOT NULL,
+    PRIMARY KEY (trace_id, trace_name)
+);
+CREATE INDEX IF NOT EXISTS message_trace_names_name_idx ON queen.message_trace_names (trace_name);
