@@ -2,6 +2,8 @@
 stops them after; maps errors to Queen's ``{"error": ...}`` envelope."""
 from __future__ import annotations
 
+import time
+
 from loguru import logger
 from sanic import Request, Sanic
 from sanic.exceptions import MethodNotAllowed, NotFound, SanicException
@@ -14,11 +16,14 @@ from actors.mesh import Mesh
 from actors.mesh.hints import Hints
 from actors.reconciler import CacheReconciler, MaintenanceFlags, QueueConfigCache
 from actors.runtime import stop_all
+from actors.leader_jobs import start_jobs
 from actors.spool import Spool
 from broker.config import Settings
 from broker.crypto import PayloadCipher
 from broker.http import CORS_HEADERS, error
-from broker.routes import admin, messages, system
+from broker.auth import Authenticator
+from broker.routes import admin, messages, ops, system
+from broker.telemetry import telemetry
 from broker.store.db import (Store, StoreConflict, StoreError, StoreInvalidValue,
                              StoreUnavailable)
 from broker.wire import BadRequest
@@ -39,6 +44,10 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     app.blueprint(messages.bp)
     app.blueprint(admin.bp)
     app.blueprint(system.bp)
+    for blueprint in ops.blueprints:
+        app.blueprint(blueprint)
+    app.ctx.auth = Authenticator(settings)
+    app.ctx.telemetry = telemetry
 
     @app.before_server_start
     async def start(app: Sanic) -> None:
@@ -105,6 +114,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         app.ctx.ack_batcher = Batcher.start(
             store.ack, max_items=settings.ack_max_batch_items,
             max_concurrent=settings.ack_max_concurrent, name="ack").proxy()
+        app.ctx.jobs = await start_jobs(store=store, settings=settings, telemetry=telemetry,
+                                        gauges=lambda: gauges(app))
         logger.info("broker {} serving on http://{}:{}", settings.queen_server_id,
                     settings.host, settings.port)
 
@@ -116,9 +127,21 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         await stop_all()
         await app.ctx.store.close()
 
+    @app.on_request
+    async def authenticate(request: Request):
+        request.ctx.started = time.perf_counter()
+        return await app.ctx.auth.authorize(request)
+
     @app.on_response
-    async def cors(_request: Request, response: HTTPResponse) -> None:
+    async def finish(request: Request, response: HTTPResponse) -> None:
         response.headers.update(CORS_HEADERS)
+        route = request.route.name if request.route else "unrouted"
+        telemetry.requests[route] += 1
+        if response.status >= 500:
+            telemetry.errors[route] += 1
+        started = getattr(request.ctx, "started", None)
+        if started is not None:
+            telemetry.observe(route, time.perf_counter() - started)
 
 
     @app.exception(BadRequest)
@@ -162,3 +185,17 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         return error(f"Internal error: {exc.__class__.__name__}", 500)
 
     return app
+
+
+def gauges(app: Sanic) -> dict:
+    """Instant figures of this broker for the metrics collector and /metrics."""
+    pool = app.ctx.store.pool
+    mesh = app.ctx.mesh
+    return {
+        "db_pool_size": pool.get_size(),
+        "db_pool_idle": pool.get_idle_size(),
+        "db_pool_max": pool.get_max_size(),
+        "mesh": mesh.stats() if mesh is not None else None,
+        "maintenance_mode": app.ctx.flags.push,
+        "pop_maintenance_mode": app.ctx.flags.pop,
+    }

@@ -11,6 +11,7 @@ from sanic import Blueprint, Request
 from actors.pop_waiters import long_poll
 from actors.spool import SpoolError
 from broker.http import args, error, json, read_json
+from broker.telemetry import telemetry
 from broker.store.db import PushRow, StoreUnavailable, TransactionAborted, run_transaction
 from broker.wire import (BadRequest, PushItem, ack_result, body_object, iso_milli, new_uuid7,
                          parse_ack_item, parse_group, parse_pop, parse_push, parse_push_item,
@@ -62,6 +63,8 @@ async def push(request: Request):
         return await _spool(app, items, rows)
     wake_after_commit(app, {(i.queue, i.partition) for i, r in zip(items, results)
                             if r["status"] == "queued"})
+    for r in results:
+        telemetry.messages[r["status"]] += 1
     return json([push_result(item, row, n) for n, (item, row) in enumerate(zip(items, results))])
 
 
@@ -82,9 +85,11 @@ async def _spool(app, items: list[PushItem], rows: list[PushRow] | None):
         await app.ctx.spool.append(events)
     except SpoolError as exc:
         logger.error("push: spool write failed for {} item(s): {}", len(items), exc)
+        telemetry.messages["spool_failed"] += len(items)
         return json([{"index": n, "status": "failed", "queue": i.queue, "partition": i.partition,
                       "transactionId": i.transaction_id, "error": str(exc)}
                      for n, i in enumerate(items)], status=500)
+    telemetry.messages["buffered"] += len(items)
     return json([{"index": n, "status": "buffered", "queue": i.queue, "partition": i.partition,
                   "transactionId": i.transaction_id} for n, i in enumerate(items)], status=201)
 
@@ -274,6 +279,7 @@ def _pop_answer(app, req, rows, lease_id: str) -> dict:
         messages.append(pop_message(row, data, req.group, lease_id))
         if not partitions or partitions[-1] != row["partition_id"]:
             partitions.append(row["partition_id"])
+    telemetry.messages["popped"] += len(messages)
     first = rows[0]
     return {
         "success": True,
@@ -302,6 +308,9 @@ async def _ack(request: Request, rows):
     app = request.app
     results = await (await app.ctx.ack_batcher.submit(rows))
     leases_released(app, rows, results)
+    for row, r in zip(rows, results):
+        telemetry.messages["dlq" if r["dlq"] else "acked_" + row.status if r["success"]
+                           else "ack_rejected"] += 1
     return [ack_result(r, row.transaction_id, n) for n, (row, r) in enumerate(zip(rows, results))]
 
 
