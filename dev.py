@@ -4,6 +4,7 @@
     python3 dev.py run      # start the broker (embedded PostgreSQL, 127.0.0.1:6632)
     python3 dev.py test     # run the whole test suite
     python3 dev.py bench    # run the benchmarks in benchmarks/
+    python3 dev.py ha       # an HA pair (or --brokers 3) on loopback, see compose/local_ha.py
 
 Each command first makes sure ./.venv exists and holds this project (and, for
 test and bench, its test dependencies). Extra arguments are passed on
@@ -42,7 +43,7 @@ def ensure_venv(extras: str) -> None:
 
 
 def main() -> int:
-    if len(sys.argv) < 2 or sys.argv[1] not in ("run", "test", "bench"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("run", "test", "bench", "ha"):
         print(__doc__, file=sys.stderr)
         return 2
     command, rest = sys.argv[1], sys.argv[2:]
@@ -52,6 +53,9 @@ def main() -> int:
     elif command == "test":
         ensure_venv("test")
         argv = [str(BIN / "python"), "-m", "pytest", *rest]
+    elif command == "ha":
+        ensure_venv("")
+        argv = [str(BIN / "python"), str(ROOT / "compose" / "local_ha.py"), *rest]
     else:
         ensure_venv("test")
         argv = [str(BIN / "python"), str(ROOT / "benchmarks" / "run.py"), *rest]

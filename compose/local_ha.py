@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""The HA topology of docker-compose.ha.yml / .ha3.yml with real processes on
+loopback, for machines without Docker:
+
+    python3 dev.py ha            # PostgreSQL + 2 meshed brokers, until Ctrl-C
+    python3 dev.py ha --brokers 3
+    python3 dev.py ha --check    # start, assert the mesh is up, stop (exit code says)
+
+One embedded PostgreSQL (or the one named by PG_HOST/PG_PORT/...), brokers on
+HTTP ports 6632, 6642, 6652 (--base-port), mesh ports 6633, 6643, 6653, the
+same QUEEN_SYNC_SECRET, each other as peers, and a separate FILE_BUFFER_DIR
+each (never share a spool).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "compose"))
+
+from check_mesh import wait_for_mesh  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="HA brokers on loopback")
+    parser.add_argument("--brokers", type=int, default=2, choices=(1, 2, 3))
+    parser.add_argument("--base-port", type=int, default=6632)
+    parser.add_argument("--check", action="store_true", help="assert the mesh is up, then stop")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="queen-ha-", dir="/tmp"))
+    pg = None
+    if os.environ.get("PG_HOST"):
+        db_env = {k: os.environ[k] for k in ("PG_HOST", "PG_PORT", "PG_USER", "PG_PASSWORD", "PG_DB")
+                  if k in os.environ}
+    else:
+        from broker.embedded_pg import EmbeddedPostgres
+        pg = EmbeddedPostgres(work / "pgdata", port=0)
+        pg.start()
+        db_env = {"PG_HOST": pg.host, "PG_PORT": str(pg.port)}
+    secret = os.environ.get("QUEEN_SYNC_SECRET") or secrets.token_hex(32)
+    http_ports = [args.base_port + 10 * i for i in range(args.brokers)]
+    mesh_ports = [p + 1 for p in http_ports]
+    procs = []
+    try:
+        for i, (http_port, mesh_port) in enumerate(zip(http_ports, mesh_ports)):
+            peers = ",".join(f"127.0.0.1:{p}" for j, p in enumerate(mesh_ports) if j != i)
+            env = {**os.environ, **db_env, "HOST": "127.0.0.1", "PORT": str(http_port),
+                   "QUEEN_SERVER_ID": f"queen-{'abc'[i]}", "QUEEN_MESH_PORT": str(mesh_port),
+                   "QUEEN_MESH_PEERS": peers, "QUEEN_SYNC_SECRET": secret,
+                   "FILE_BUFFER_DIR": str(work / f"buffers-{'abc'[i]}")}
+            log = open(work / f"broker-{'abc'[i]}.log", "wb")
+            procs.append(subprocess.Popen([sys.executable, "-m", "broker"], cwd=ROOT, env=env,
+                                          stdout=log, stderr=subprocess.STDOUT))
+        urls = [f"http://127.0.0.1:{p}" for p in http_ports]
+        ok = wait_for_mesh(urls, 60) if args.brokers > 1 else True
+        print(f"brokers: {' '.join(urls)}   logs: {work}")
+        if args.check:
+            return 0 if ok else 1
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        return 0
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if pg is not None:
+            pg.stop()
+        if args.check:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    sys.exit(main())
