@@ -67,8 +67,11 @@ def main() -> int:
         print(f"brokers: {' '.join(urls)}   logs: {work}")
         if args.check:
             return 0 if ok else 1
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
-        return 0
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            return 0
     finally:
         for p in procs:
             p.terminate()
@@ -83,6 +86,11 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def _interrupt(*_args) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop is enough; let cleanup finish
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGTERM, _interrupt)  # stop the brokers on SIGTERM as on Ctrl-C
     sys.exit(main())
