@@ -52,7 +52,13 @@ def main(argv: list[str] | None = None) -> int:
         dsn = external_dsn(settings)
 
     from broker.app import create_app
-    app = create_app(settings, dsn)
+    try:
+        app = create_app(settings, dsn)
+    except ConfigError as exc:  # e.g. unreadable JWT key material
+        logger.error("configuration error: {}", exc)
+        if embedded is not None:
+            embedded.stop()
+        return 2
     try:
         # One process, one event loop: the actors live beside the handlers.
         app.run(host=settings.host, port=settings.port, single_process=True,

@@ -49,18 +49,19 @@ def wake_after_commit(app, pairs: set[tuple[str, str]]) -> None:
 @bp.post("/api/v1/push")
 async def push(request: Request):
     app = request.app
+    producer_sub = getattr(request.ctx, "producer_sub", None)  # JWT sub; never the client's
     items = parse_push(read_json(request))
     if not items:
         return json([], status=201)
     if app.ctx.flags.push:  # maintenance: straight to the spool, no database, no wake
-        return await _spool(app, items, None)
+        return await _spool(app, items, None, producer_sub)
     rows = None
     try:
-        rows = await to_rows(app, items)
+        rows = await to_rows(app, items, producer_sub)
         results = await (await app.ctx.push_batcher.submit(rows))
     except StoreUnavailable as exc:
         logger.warning("push: {}; spooling {} item(s)", exc, len(items))
-        return await _spool(app, items, rows)
+        return await _spool(app, items, rows, producer_sub)
     wake_after_commit(app, {(i.queue, i.partition) for i, r in zip(items, results)
                             if r["status"] == "queued"})
     for r in results:
@@ -68,7 +69,8 @@ async def push(request: Request):
     return json([push_result(item, row, n) for n, (item, row) in enumerate(zip(items, results))])
 
 
-async def _spool(app, items: list[PushItem], rows: list[PushRow] | None):
+async def _spool(app, items: list[PushItem], rows: list[PushRow] | None,
+                 producer_sub: str | None = None):
     """Accept a push into the node-local spool: ``buffered`` per item, or
     ``failed`` for every item when the spool cannot write (nothing half-kept).
     When the payloads were already encrypted (the queue's flag was known) the
@@ -80,7 +82,8 @@ async def _spool(app, items: list[PushItem], rows: list[PushRow] | None):
                        "transactionId": item.transaction_id,
                        "payload": row.payload if row else item.payload,
                        "encrypted": bool(row and row.encrypted),
-                       "traceId": item.trace_id, "producerSub": row.producer_sub if row else None})
+                       "traceId": item.trace_id,
+                       "producerSub": row.producer_sub if row else producer_sub})
     try:
         await app.ctx.spool.append(events)
     except SpoolError as exc:
@@ -372,7 +375,9 @@ async def transaction(request: Request):
     flat, required = _parse_transaction(read_json(request))
     app = request.app
     push_items = [x for k, x in flat if k == "push"]
-    push_rows = iter(await to_rows(app, push_items)) if push_items else iter(())
+    producer_sub = getattr(request.ctx, "producer_sub", None)
+    push_rows = (iter(await to_rows(app, push_items, producer_sub)) if push_items
+                 else iter(()))
     steps: list[tuple[str, list]] = []
     for kind, x in flat:
         value = next(push_rows) if kind == "push" else x
