@@ -71,6 +71,14 @@ def _dumps(value: Any) -> str:
     return ujson.dumps(value, escape_forward_slashes=False)
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Pool reset: nothing. asyncpg's default resets every session on release
+    (RESET ALL, UNLISTEN, advisory unlock), which costs a full round trip per
+    request. The broker never changes session state on a pooled connection; an
+    open transaction is still rolled back by asyncpg itself, and the retention
+    job releases its advisory lock explicitly (or terminates the connection)."""
+
+
 async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("jsonb", encoder=_dumps, decoder=ujson.loads, schema="pg_catalog")
     await conn.set_type_codec("json", encoder=_dumps, decoder=ujson.loads, schema="pg_catalog")
@@ -126,7 +134,7 @@ class Store:
                 await conn.close()
         pool = await asyncpg.create_pool(
             dsn, min_size=min(2, pool_size), max_size=pool_size, timeout=timeout,
-            server_settings=server_settings, init=_init_connection,
+            server_settings=server_settings, init=_init_connection, reset=_keep_session,
             max_inactive_connection_lifetime=60,
         )
         return cls(pool, acquire_timeout=timeout)
