@@ -1,0 +1,205 @@
+"""Metrics (api.md §15.2, §15.3): JSON at /metrics, Prometheus text at
+/metrics/prometheus.
+
+The Prometheus page is rendered by prometheus-client from a registry built per
+request: the async figures (spool stats, database counts) are gathered first
+into a snapshot, then a synchronous collector turns the snapshot into metric
+families. Request latency is observed into a Histogram through the
+``telemetry.latency_hooks`` hook registered at import.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import psutil
+from loguru import logger
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from sanic import Blueprint, Request
+from sanic.response import HTTPResponse
+
+from broker.http import json
+from broker.routes.ops.common import (processed_rate, processed_total, pushed_rate,
+                                      pushed_total, requests_rate)
+from broker.store import ops
+from broker.store.db import StoreError, StoreUnavailable
+from broker.telemetry import telemetry
+
+bp = Blueprint("ops_metrics")
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+REQUEST_DURATION = Histogram(
+    "queen_http_request_duration_seconds", "HTTP request latency by route",
+    ["route"], registry=None,
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+
+
+def _observe(route: str, seconds: float) -> None:
+    REQUEST_DURATION.labels(route).observe(seconds)
+
+
+if _observe not in telemetry.latency_hooks:
+    telemetry.latency_hooks.append(_observe)
+
+_process = psutil.Process(os.getpid())
+
+
+def _process_figures() -> dict[str, float]:
+    try:
+        cpu = _process.cpu_times()
+        mem = _process.memory_info()
+        return {"cpu_user": cpu.user, "cpu_system": cpu.system, "rss": mem.rss, "vms": mem.vms,
+                "threads": _process.num_threads(), "cpu_percent": _process.cpu_percent(None)}
+    except psutil.Error:  # pragma: no cover - the process reads itself
+        return {}
+
+
+def _pool_waiting(pool) -> int:
+    """Acquirers waiting for a pooled connection (asyncpg keeps them on its queue)."""
+    queue = getattr(pool, "_queue", None)
+    getters = getattr(queue, "_getters", None)
+    return len(getters) if getters is not None else 0
+
+
+@bp.get("/metrics")
+async def metrics_json(request: Request):
+    from broker.app import gauges  # lazy: broker.app imports this package
+    g = gauges(request.app)
+    snap = telemetry.snapshot()
+    total_requests = sum(snap["requests"].values())
+    proc = _process_figures()
+    return json({
+        "uptime": snap["uptime_s"],
+        "requests": {"total": total_requests, "rate": requests_rate.rate(total_requests),
+                     "errors": sum(snap["errors"].values())},
+        "messages": {"total": pushed_total(), "rate": pushed_rate.rate(pushed_total()),
+                     "processed": processed_total(),
+                     "processedRate": processed_rate.rate(processed_total()),
+                     "byStatus": snap["messages"]},
+        "database": {"poolSize": g["db_pool_size"], "maxPoolSize": g["db_pool_max"],
+                     "idleConnections": g["db_pool_idle"],
+                     "activeConnections": g["db_pool_size"] - g["db_pool_idle"],
+                     "waitingRequests": _pool_waiting(request.app.ctx.store.pool)},
+        "memory": {"rss": proc.get("rss", 0), "vms": proc.get("vms", 0)},
+        "cpu": {"user": proc.get("cpu_user", 0), "system": proc.get("cpu_system", 0),
+                "percent": proc.get("cpu_percent", 0), "threads": proc.get("threads", 0)},
+        "maintenanceMode": g["maintenance_mode"], "popMaintenanceMode": g["pop_maintenance_mode"],
+    })
+
+
+async def snapshot(app) -> dict[str, Any]:
+    """Every figure of the Prometheus page, gathered before rendering."""
+    from broker.app import gauges  # lazy: broker.app imports this package
+    snap: dict[str, Any] = {"gauges": gauges(app), "telemetry": telemetry.snapshot(),
+                            "process": _process_figures(),
+                            "pool_waiting": _pool_waiting(app.ctx.store.pool)}
+    try:
+        snap["spool"] = await app.ctx.spool.stats()
+    except Exception as exc:  # the spool actor stopped: report what we can
+        logger.warning("metrics: spool stats unavailable: {}", exc)
+        snap["spool"] = None
+    try:
+        snap["db"] = await ops.metrics_snapshot(app.ctx.store)
+    except (StoreUnavailable, StoreError) as exc:
+        logger.warning("metrics: database figures unavailable: {}", exc)
+        snap["db"] = None
+    return snap
+
+
+class SnapshotCollector:
+    """Turns one snapshot into metric families (prometheus collectors are sync)."""
+
+    def __init__(self, snap: dict[str, Any]):
+        self.snap = snap
+
+    def collect(self):
+        s = self.snap
+        g, t, p = s["gauges"], s["telemetry"], s["process"]
+
+        def gauge(name, doc, value, labels=None, samples=None):
+            fam = GaugeMetricFamily(name, doc, labels=labels)
+            if samples is not None:
+                for label_values, v in samples:
+                    fam.add_metric(label_values, v)
+            elif value is not None:
+                fam.add_metric([], value)
+            return fam
+
+        def counter(name, doc, labels, samples):
+            fam = CounterMetricFamily(name, doc, labels=labels)
+            for label_values, v in samples:
+                fam.add_metric(label_values, v)
+            return fam
+
+        yield gauge("queen_uptime_seconds", "Seconds since this broker started", t["uptime_s"])
+        if p:
+            yield counter("queen_process_cpu_seconds", "CPU time of the broker process",
+                          ["mode"], [(["user"], p["cpu_user"]), (["system"], p["cpu_system"])])
+            yield gauge("queen_process_resident_memory_bytes", "Resident memory", p["rss"])
+            yield gauge("queen_process_virtual_memory_bytes", "Virtual memory", p["vms"])
+            yield gauge("queen_process_threads", "Threads of the broker process", p["threads"])
+        yield gauge("queen_db_pool_size", "Open pooled PostgreSQL connections", g["db_pool_size"])
+        yield gauge("queen_db_pool_idle", "Idle pooled connections", g["db_pool_idle"])
+        yield gauge("queen_db_pool_active", "Pooled connections in use",
+                    g["db_pool_size"] - g["db_pool_idle"])
+        yield gauge("queen_db_pool_max", "Pool capacity", g["db_pool_max"])
+        yield gauge("queen_db_pool_waiting", "Requests waiting for a pooled connection",
+                    s["pool_waiting"])
+        yield gauge("queen_database_up", "1 when the database answered the metric queries",
+                    0 if s["db"] is None else 1)
+        spool = s["spool"]
+        if spool is not None:
+            yield gauge("queen_file_buffer_pending", "Spooled pushes not yet written",
+                        spool.get("pendingCount", 0))
+            yield gauge("queen_file_buffer_pending_files", "Spool files waiting to drain",
+                        spool.get("pendingFiles", 0))
+            yield gauge("queen_file_buffer_failed", "Spooled pushes that could not be written",
+                        spool.get("failedCount", 0))
+            yield gauge("queen_file_buffer_db_healthy", "1 when the spool sees the database",
+                        1 if spool.get("dbHealthy") else 0)
+        yield gauge("queen_maintenance_mode_enabled", "Push maintenance mode",
+                    1 if g["maintenance_mode"] else 0)
+        yield gauge("queen_pop_maintenance_mode_enabled", "Pop maintenance mode",
+                    1 if g["pop_maintenance_mode"] else 0)
+        yield counter("queen_messages_total", "Messages seen by this broker, by outcome",
+                      ["status"], sorted(([k], v) for k, v in t["messages"].items()))
+        yield counter("queen_requests_total", "HTTP requests by route", ["route"],
+                      sorted(([k], v) for k, v in t["requests"].items()))
+        yield counter("queen_request_errors_total", "HTTP 5xx answers by route", ["route"],
+                      sorted(([k], v) for k, v in t["errors"].items()))
+        db = s["db"]
+        if db is not None:
+            yield gauge("queen_queue_pending", "Pending messages per queue (stats table)", None,
+                        ["queue"], [([q], pend) for q, pend, _proc in db["queues"]])
+            yield gauge("queen_queue_processing", "Messages under lease per queue (stats table)",
+                        None, ["queue"], [([q], proc) for q, _pend, proc in db["queues"]])
+            yield gauge("queen_dlq_depth", "Dead letters, all queues",
+                        sum(n for _q, n in db["dlq"]))
+            yield gauge("queen_dlq_depth_by_queue", "Dead letters per queue", None, ["queue"],
+                        [([q], n) for q, n in db["dlq"]])
+            yield gauge("queen_leases_active", "Live (partition, group) leases", db["leases"])
+        mesh = g.get("mesh")
+        if mesh is not None:
+            yield counter("queen_transport_messages", "Mesh frames by direction", ["dir"],
+                          [(["sent"], mesh.get("messages_sent", 0)),
+                           (["received"], mesh.get("messages_received", 0)),
+                           (["dropped"], mesh.get("messages_dropped", 0))])
+            yield gauge("queen_servers", "Mesh peers by liveness", None, ["state"],
+                        [(["alive"], mesh.get("servers_alive", 0)),
+                         (["dead"], mesh.get("servers_dead", 0))])
+
+
+def render(snap: dict[str, Any]) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(snap))
+    registry.register(REQUEST_DURATION)
+    return generate_latest(registry)
+
+
+@bp.get("/metrics/prometheus")
+async def metrics_prometheus(request: Request):
+    body = render(await snapshot(request.app))
+    return HTTPResponse(body, status=200, content_type=CONTENT_TYPE)
+
