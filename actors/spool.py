@@ -29,6 +29,14 @@ Who touches what:
 A file is only deleted after all its events were replayed (duplicates count
 as replayed: the broker dedups by transactionId), or moved to ``failed/``
 after ``quarantine_after`` consecutive permanent failures.
+
+Sticky failover: ``Spool.backlog`` (a :class:`SpoolBacklog`, also handed out
+by ``backlog_ref()``) counts, per (queue, partition), the events spooled but
+not yet replayed. While a partition has any, the broker's push route sends its
+new pushes to the spool as well, so the drain replays them after the older
+ones and the partition keeps the order its pushes were acknowledged in. The
+counts only drop once a replayed chunk's transaction returned (or when a file
+is quarantined: its events leave the order chain).
 """
 from __future__ import annotations
 
@@ -37,15 +45,16 @@ import os
 import re
 import struct
 import time
+from collections import Counter
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 import ujson
 from loguru import logger
 
 from actors.runtime import AsyncioActor
 
-__all__ = ["Spool", "SpoolError", "read_records"]
+__all__ = ["Spool", "SpoolBacklog", "SpoolError", "read_records"]
 
 _LEN = struct.Struct("<I")
 _NAME = re.compile(r"^queen-(\d{13})-(\d{8})\.(tmp|buf)$")
@@ -125,6 +134,83 @@ def count_records(path: Path) -> int:
     return n
 
 
+def event_pair(event: Mapping[str, Any]) -> tuple[str, str]:
+    """The (queue, partition) of a spool event; partition defaults like the records."""
+    return event.get("queue"), event.get("partition") or "Default"
+
+
+def tally_records(path: Path) -> tuple[int, Counter]:
+    """``(records, per-(queue, partition) events)`` of a spool file: complete
+    records only (a torn tail was never acknowledged); unparseable records
+    count as records but belong to no partition."""
+    try:
+        events, skipped, _ = read_records(path)
+    except OSError:
+        return 0, Counter()
+    return len(events) + skipped, Counter(event_pair(e) for e in events)
+
+
+# -- the backlog -----------------------------------------------------------------
+
+class SpoolBacklog:
+    """Spooled-but-not-replayed events per (queue, partition).
+
+    A plain object read synchronously by the push route (one event loop, so no
+    locks): ``holds(pairs)`` says whether a push to any of those partitions
+    must queue behind the spool. Only the spool changes the counts.
+    """
+
+    __slots__ = ("_counts",)
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str], int] = {}
+
+    def holds(self, pairs: Iterable[tuple[str, str]]) -> bool:
+        """True if any (queue, partition) of ``pairs`` has events waiting."""
+        counts = self._counts
+        if not counts:
+            return False
+        return any((queue, partition or "Default") in counts for queue, partition in pairs)
+
+    def add(self, events: Iterable[Mapping[str, Any]]) -> None:
+        self.add_counts(Counter(event_pair(e) for e in events))
+
+    def remove(self, events: Iterable[Mapping[str, Any]]) -> None:
+        self.remove_counts(Counter(event_pair(e) for e in events))
+
+    def add_counts(self, counts: Mapping[tuple[str, str], int]) -> None:
+        for pair, n in counts.items():
+            if n > 0:
+                self._counts[pair] = self._counts.get(pair, 0) + n
+
+    def remove_counts(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Never below zero; a pair reaching zero is dropped."""
+        for pair, n in counts.items():
+            have = self._counts.get(pair)
+            if have is None or n <= 0:
+                continue
+            if have > n:
+                self._counts[pair] = have - n
+            else:
+                del self._counts[pair]
+
+    def count(self, queue: str, partition: str | None = "Default") -> int:
+        return self._counts.get((queue, partition or "Default"), 0)
+
+    def total(self) -> int:
+        return sum(self._counts.values())
+
+    def partitions(self) -> int:
+        """How many (queue, partition) pairs are held."""
+        return len(self._counts)
+
+    def clear(self) -> None:
+        self._counts.clear()
+
+    def __repr__(self) -> str:
+        return f"<SpoolBacklog partitions={len(self._counts)} events={self.total()}>"
+
+
 # -- the actor -------------------------------------------------------------------
 
 class Spool(AsyncioActor):
@@ -158,8 +244,10 @@ class Spool(AsyncioActor):
         self._active: Path | None = None
         self._active_events = 0
         self._active_size = 0
+        self._active_pairs: Counter = Counter()  # (queue, partition) -> events in the active file
         self._last_name = (0, -1)  # (ms, sequence) of the newest name handed out
-        self._stranded: set[Path] = set()  # .tmp files that could not be renamed yet
+        # .tmp files that could not be renamed yet -> (events, pairs) already counted
+        self._stranded: dict[Path, tuple[int, Counter]] = {}
 
         # the drain
         self._paused = start_paused
@@ -169,6 +257,10 @@ class Spool(AsyncioActor):
         self._permanent: dict[str, int] = {}  # .buf name -> consecutive permanent failures
         self._progress: dict[str, int] = {}  # .buf name -> events already replayed
         self._file_events: dict[str, int] = {}  # .buf name -> events counted as pending
+        # .buf name -> (queue, partition) -> events counted in the backlog, not replayed yet
+        self._file_pairs: dict[str, Counter] = {}
+        self._settled: dict[str, int] = {}  # .buf name -> events already taken off the backlog
+        self.backlog = SpoolBacklog()
         self._drain_lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -193,8 +285,8 @@ class Spool(AsyncioActor):
             self._scan_existing()
         self._self = self.actor_ref.proxy()
         self._task = asyncio.get_running_loop().create_task(self._drain_loop(), name="spool-drain")
-        logger.info("spool: {} ({} event(s) pending{})", self.directory, self._pending,
-                    ", paused" if self._paused else "")
+        logger.info("spool: {} ({} event(s) pending in {} partition(s){})", self.directory,
+                    self._pending, self.backlog.partitions(), ", paused" if self._paused else "")
 
     async def on_stop(self) -> None:
         if self._task is not None:
@@ -215,9 +307,11 @@ class Spool(AsyncioActor):
         self._finalize_leftovers()
         for path in self._buf_files():
             if path.name not in self._file_events:
-                n = count_records(path)
+                n, pairs = tally_records(path)
                 self._file_events[path.name] = n
+                self._file_pairs[path.name] = pairs
                 self._pending += n
+                self.backlog.add_counts(pairs)
 
     def _listdir(self) -> list[Path]:
         try:
@@ -250,6 +344,9 @@ class Spool(AsyncioActor):
         self._healthy = True
         self._active_events += len(events)
         self._pending += len(events)
+        pairs = Counter(event_pair(e) for e in events)
+        self._active_pairs.update(pairs)
+        self.backlog.add_counts(pairs)
         if self._active_events >= self._events_per_file:
             self._finalize_active()
 
@@ -287,6 +384,7 @@ class Spool(AsyncioActor):
             fd = os.open(path, _OPEN_FLAGS, 0o644)
         self._last_name = (ms, seq)
         self._fd, self._active, self._active_events, self._active_size = fd, path, 0, 0
+        self._active_pairs = Counter()
 
     def finalize(self) -> bool:
         """Close the active file: rename it to ``.buf`` (drainable), or delete it
@@ -299,8 +397,9 @@ class Spool(AsyncioActor):
     def _finalize_active(self) -> bool:
         if self._fd is None:
             return False
-        fd, path, events = self._fd, self._active, self._active_events
+        fd, path, events, pairs = self._fd, self._active, self._active_events, self._active_pairs
         self._fd, self._active, self._active_events, self._active_size = None, None, 0, 0
+        self._active_pairs = Counter()
         try:
             if events:
                 os.fsync(fd)
@@ -308,32 +407,49 @@ class Spool(AsyncioActor):
             logger.warning("spool: fsync of {} failed: {}", path, exc)
         finally:
             os.close(fd)
-        return self._finalize_path(path, events)
+        return self._finalize_path(path, events, pairs)
 
-    def _finalize_path(self, path: Path, events: int | None) -> bool:
+    def _finalize_path(self, path: Path, events: int | None, pairs: Counter | None = None) -> bool:
         """``.tmp`` -> ``.buf``; an empty file is deleted. ``events`` None: a
-        leftover of an earlier run, counted from its content."""
+        leftover of an earlier run (or a stranded file, counted already),
+        counted from its content the first time it is seen."""
+        leftover = events is None
+        if leftover:
+            known = self._stranded.get(path)
+            if known is None:
+                events, pairs = tally_records(path)
+                self._pending += events
+                self.backlog.add_counts(pairs)
+            else:
+                events, pairs = known
+        pairs = pairs if pairs is not None else Counter()
         try:
             if path.stat().st_size == 0:
                 path.unlink()
-                self._stranded.discard(path)
+                self._stranded.pop(path, None)
+                self._release(events, pairs)
                 return False
             final = path.with_suffix(".buf")
             os.rename(path, final)
         except FileNotFoundError:
-            self._stranded.discard(path)
+            self._stranded.pop(path, None)
+            self._release(events, pairs)
             return False
         except OSError as exc:
             logger.error("spool: cannot finalize {}: {}", path, exc)
-            self._stranded.add(path)
+            self._stranded[path] = (events, pairs)
             return False
-        self._stranded.discard(path)
-        if events is None:
-            events = count_records(final)
-            self._pending += events
+        self._stranded.pop(path, None)
+        if leftover:
             logger.info("spool: finalized leftover {} ({} event(s))", final.name, events)
         self._file_events[final.name] = events
+        self._file_pairs[final.name] = pairs
         return True
+
+    def _release(self, events: int, pairs: Mapping[tuple[str, str], int]) -> None:
+        """A file's counted events will never be replayed (it vanished, or was empty)."""
+        self._pending = max(0, self._pending - events)
+        self.backlog.remove_counts(pairs)
 
     # -- maintenance ---------------------------------------------------------------
 
@@ -350,6 +466,11 @@ class Spool(AsyncioActor):
     def kick(self) -> None:
         """Run the next drain cycle now."""
         self._wake.set()
+
+    def backlog_ref(self) -> SpoolBacklog:
+        """The live :class:`SpoolBacklog` itself (not a copy): callers holding
+        only a proxy fetch it once and then read it synchronously."""
+        return self.backlog
 
     # -- draining --------------------------------------------------------------------
 
@@ -440,6 +561,8 @@ class Spool(AsyncioActor):
                     self._transient_failure(name, exc)
                     return "transient", done
                 return self._permanent_failure(path, exc), done
+            # Committed: these events no longer hold their partitions back.
+            self._settle_chunk(name, i, chunk)
             done += len(chunk)
             self._progress[name] = i + len(chunk)
             self.replayed_events += len(chunk)
@@ -454,6 +577,32 @@ class Spool(AsyncioActor):
         self._db_healthy = True
         self._transient_streak = 0
         return "ok", done
+
+    def _settle_chunk(self, name: str, start: int, chunk: list[dict]) -> None:
+        """Take the replayed chunk ``events[start:start + len(chunk)]`` off the
+        backlog. Events settled before (a chunk replayed twice) subtract
+        nothing, nor do events the file never counted (a file that reappeared
+        after its replay, a push whose failed write could not be cut off)."""
+        settled = self._settled.get(name, 0)
+        end = start + len(chunk)
+        left = self._file_pairs.get(name)
+        if end <= settled or not left:
+            self._settled[name] = max(settled, end)
+            return
+        self._settled[name] = end
+        fresh = chunk[max(0, settled - start):]
+        gone: dict[tuple[str, str], int] = {}
+        for pair, n in Counter(event_pair(e) for e in fresh).items():
+            have = left.get(pair, 0)
+            k = min(have, n)
+            if k <= 0:
+                continue
+            gone[pair] = k
+            if have > k:
+                left[pair] = have - k
+            else:
+                del left[pair]
+        self.backlog.remove_counts(gone)
 
     def _transient(self, exc: BaseException) -> bool:
         try:
@@ -490,6 +639,11 @@ class Spool(AsyncioActor):
             return "permanent"
         logger.error("spool: {} rejected {} times in a row ({}); moved to {}", name, n, exc,
                      self.failed_dir)
+        left = self._file_pairs.get(name)
+        if left:
+            logger.error("spool: {} unreplayed event(s) of {} in {} partition(s) leave the "
+                         "replay order; new pushes to them are no longer held back",
+                         sum(left.values()), name, len(left))
         self.quarantined_files += 1
         self._forget(name)
         return "quarantined"
@@ -498,6 +652,10 @@ class Spool(AsyncioActor):
         """The file left the main directory: it is no longer pending."""
         n = self._file_events.pop(name, fallback)
         self._pending = max(0, self._pending - n)
+        self._settled.pop(name, None)
+        left = self._file_pairs.pop(name, None)
+        if left:  # replayed ones were taken off chunk by chunk; the rest never will be
+            self.backlog.remove_counts(left)
         self._permanent.pop(name, None)
         self._progress.pop(name, None)
 
@@ -523,4 +681,5 @@ class Spool(AsyncioActor):
             "dbHealthy": self._db_healthy,
             "paused": self._paused,
             "healthy": self._healthy,
+            "backlogPartitions": self.backlog.partitions(),
         }

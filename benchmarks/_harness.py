@@ -55,6 +55,19 @@ class Database:
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
+    @property
+    def can_restart(self) -> bool:
+        """Only an embedded PostgreSQL (ours alone) may be stopped and started mid-run."""
+        return self.embedded is not None
+
+    async def stop_server(self) -> None:
+        """Crash-stop the server (``pg_ctl stop -m immediate``: connections die, no checkpoint),
+        in a thread so the event loop keeps running."""
+        await self.embedded.astop(mode="immediate")
+
+    async def start_server(self) -> None:
+        await self.embedded.astart()
+
 
 def start_database() -> Database:
     """The external database named by PG_* (PG_HOST set) or a fresh embedded one."""
@@ -114,6 +127,27 @@ class Broker:
                 self.proc.wait(5)
         self._log.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def start_brokers(database: Database, n: int, mesh: bool, **env_overrides: str) -> list[Broker]:
+    """``n`` brokers on one database, each with its own server id and mesh port.  With ``mesh``
+    each lists all the others as peers (same secret, loopback); without it QUEEN_MESH_PEERS is
+    empty, so no mesh runs and a broker only learns of another's pushes by re-checking."""
+    ports = [free_port() for _ in range(n)]
+    secret = "be" * 32
+    brokers: list[Broker] = []
+    try:
+        for i in range(n):
+            peers = ",".join(f"127.0.0.1:{p}" for j, p in enumerate(ports) if j != i)
+            brokers.append(Broker(database, **{
+                "QUEEN_SERVER_ID": f"bench-{i}", "QUEEN_MESH_PORT": str(ports[i]),
+                "QUEEN_MESH_PEERS": peers if mesh else "", "QUEEN_SYNC_SECRET": secret,
+                **env_overrides}))
+    except Exception:
+        for b in brokers:
+            b.stop()
+        raise
+    return brokers
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Load benchmarks for the broker, reported as ratios measured in the same run.
 
-    python3 dev.py bench                 # all benchmarks (push pop wake consume)
+    python3 dev.py bench                 # all benchmarks (push pop wake wake_ha consume outage)
     python3 dev.py bench push wake       # only some
     python3 dev.py bench --help          # sizes, concurrency, rounds, output dir
 
@@ -40,9 +40,10 @@ sys.path.insert(0, str(HERE.parent))
 import asyncpg  # noqa: E402
 import httpx  # noqa: E402
 
-from _harness import Broker, Database, RawHTTPClient, start_database  # noqa: E402
+from _harness import (Broker, Database, RawHTTPClient, start_brokers,  # noqa: E402
+                      start_database)
 
-BENCHMARKS = ("push", "pop", "wake", "consume")
+BENCHMARKS = ("push", "pop", "wake", "wake_ha", "consume", "outage")
 PAD = "x" * 64  # payload padding: ~100-byte JSON payloads
 
 
@@ -507,67 +508,478 @@ async def bench_pop(args: argparse.Namespace, failures: list[str]) -> dict:
     return {"client": CLIENT, "client_ceiling_req_per_s": ceiling, "results": results}
 
 
-async def bench_wake(args: argparse.Namespace, failures: list[str]) -> dict:
-    tries, warmup = args.wake_tries, 5
-    delay = args.wake_delay_ms / 1000
+async def wake_series(pop_url: str, push_url: str, tries: int, warmup: int,
+                      delay_ms: int | tuple[int, int], failures: list[str], label: str,
+                      lanes: int = 1) -> dict:
+    """``warmup + tries`` times: park a pop (``wait=true&timeout=5000``, fresh queue) on
+    ``pop_url``, push one message through ``push_url`` ``delay_ms`` later (or a delay drawn
+    uniformly from a ``(lo, hi)`` range), and time the pop's answer.  The warm-up tries run one
+    after the other, the measured ones in ``lanes`` concurrent sequences (1: strictly one at a
+    time).  Returns the latency samples (ms) of the measured tries and their statistics."""
+    import random
+    rng = random.Random(7)
     from_resp: list[float] = []
     from_send: list[float] = []
     push_rtt: list[float] = []
     empty = 0
-    with Env() as env:
-        async with http_client(env.broker.url, 2) as pops, \
-                http_client(env.broker.url, 2) as pushes:
-            for i in range(warmup + tries):
-                queue = f"bench-wake-{uuid.uuid4().hex[:12]}"
+    broken: list[str] = []
+    async with http_client(pop_url, 2 * lanes) as pops, \
+            http_client(push_url, 2 * lanes) as pushes:
+        async def one_try(i: int, measured: bool) -> None:
+            nonlocal empty
+            queue = f"bench-wake-{uuid.uuid4().hex[:12]}"
+            delay = (delay_ms if isinstance(delay_ms, int) else rng.uniform(*delay_ms)) / 1000
 
-                async def pop() -> tuple[float, dict]:
-                    r = await pops.get(f"/api/v1/pop/queue/{queue}?wait=true&timeout=5000")
-                    return time.perf_counter(), (r.json() if r.content else {})
+            async def pop() -> tuple[float, dict]:
+                r = await pops.get(f"/api/v1/pop/queue/{queue}?wait=true&timeout=5000")
+                return time.perf_counter(), (r.json() if r.content else {})
 
-                task = asyncio.create_task(pop())
-                await asyncio.sleep(delay)
-                body = json.dumps({"items": [{"queue": queue, "payload": {"try": i}}]})
-                t_send = time.perf_counter()
-                r = await pushes.post("/api/v1/push", content=body, headers=JSON_HEADERS)
-                t_resp = time.perf_counter()
-                t_pop, popped = await task
-                if r.status_code not in (200, 201):
-                    failures.append(f"wake: push HTTP {r.status_code}: {r.text[:200]}")
-                    break
-                if not popped.get("messages"):
-                    empty += 1
-                    continue
-                if i < warmup:
-                    continue
+            task = asyncio.create_task(asyncio.wait_for(pop(), 15))
+            await asyncio.sleep(delay)
+            body = json.dumps({"items": [{"queue": queue, "payload": {"try": i}}]})
+            t_send = time.perf_counter()
+            r = await asyncio.wait_for(
+                pushes.post("/api/v1/push", content=body, headers=JSON_HEADERS), 15)
+            t_resp = time.perf_counter()
+            t_pop, popped = await task
+            if r.status_code not in (200, 201):
+                broken.append(f"{label}: push HTTP {r.status_code}: {r.text[:200]}")
+                return
+            if not popped.get("messages"):
+                empty += 1
+                return
+            if measured:
                 from_resp.append((t_pop - t_resp) * 1000)
                 from_send.append((t_pop - t_send) * 1000)
                 push_rtt.append((t_resp - t_send) * 1000)
+
+        for i in range(warmup):
+            await one_try(i, False)
+            if broken:
+                break
+
+        async def lane(k: int) -> None:
+            for i in range(warmup + k, warmup + tries, lanes):
+                if broken:
+                    return
+                await one_try(i, True)
+
+        if not broken:
+            await asyncio.gather(*(lane(k) for k in range(lanes)))
+    failures += broken[:1]
     if empty:
-        failures.append(f"wake: {empty} parked pops returned empty (not woken within 5 s)")
+        failures.append(f"{label}: {empty} parked pops returned empty (not woken within 5 s)")
 
     def stats(v: list[float]) -> dict:
         return {"p50": percentile(v, 50), "p95": percentile(v, 95), "p99": percentile(v, 99),
                 "max": max(v) if v else None, "mean": statistics.fmean(v) if v else None}
 
-    result = {"tries": tries, "warmup": warmup, "delay_ms": args.wake_delay_ms,
-              "not_woken": empty, "target_p99_ms": 50,
-              "latency_from_push_response_ms": stats(from_resp),
-              "latency_from_push_send_ms": stats(from_send),
-              "push_round_trip_ms": stats(push_rtt),
-              "samples_from_push_response_ms": [round(x, 3) for x in from_resp]}
+    return {"tries": tries, "warmup": warmup, "delay_ms": delay_ms, "lanes": lanes,
+            "not_woken": empty,
+            "measured": len(from_resp),
+            "latency_from_push_response_ms": stats(from_resp),
+            "latency_from_push_send_ms": stats(from_send),
+            "push_round_trip_ms": stats(push_rtt),
+            "samples_from_push_response_ms": [round(x, 3) for x in from_resp]}
+
+
+WAKE_ROWS = (("wake after push response", "latency_from_push_response_ms"),
+             ("wake after push send", "latency_from_push_send_ms"),
+             ("push round trip", "push_round_trip_ms"))
+
+
+async def bench_wake(args: argparse.Namespace, failures: list[str]) -> dict:
+    with Env() as env:
+        result = await wake_series(env.broker.url, env.broker.url, args.wake_tries, 5,
+                                   args.wake_delay_ms, failures, "wake")
+    result["target_p99_ms"] = 50
     s = result["latency_from_push_response_ms"]
     result["target_met"] = s["p99"] is not None and s["p99"] < 50
     print()
     rows = []
-    for label, key in (("wake after push response", "latency_from_push_response_ms"),
-                       ("wake after push send", "latency_from_push_send_ms"),
-                       ("push round trip", "push_round_trip_ms")):
+    for label, key in WAKE_ROWS:
         st = result[key]
         rows.append([label, fmt_ms(st["p50"]), fmt_ms(st["p95"]), fmt_ms(st["p99"]),
                      fmt_ms(st["max"])])
-    print(table([f"wake ({len(from_resp)} tries), ms", "p50", "p95", "p99", "max"], rows))
+    print(table([f"wake ({result['measured']} tries), ms", "p50", "p95", "p99", "max"], rows))
     print(f"  target p99 < 50 ms after the push response: "
           f"{'met' if result['target_met'] else 'NOT met'}")
+    return result
+
+
+async def wait_mesh_up(urls: list[str], timeout: float = 20.0) -> bool:
+    """True once every broker reports all its peers connected and alive (bounded)."""
+    deadline = time.perf_counter() + timeout
+    async with httpx.AsyncClient(timeout=5) as client:
+        while time.perf_counter() < deadline:
+            ok = True
+            for url in urls:
+                try:
+                    t = (await client.get(url + "/health")).json()["shared_state"]["transport"]
+                except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                    t = None
+                want = len(urls) - 1
+                if not t or sum(bool(p.get("connected")) for p in t.get("peers", [])) < want \
+                        or t.get("servers_alive", 0) < want:
+                    ok = False
+                    break
+            if ok:
+                return True
+            await asyncio.sleep(0.2)
+    return False
+
+
+async def mesh_counters(a_url: str, b_url: str) -> dict[str, int]:
+    """Mesh frames A sent and B received so far (heartbeats excluded): evidence that the
+    wakes crossed the mesh."""
+    async with httpx.AsyncClient(timeout=5) as client:
+        ta = (await client.get(a_url + "/health")).json()["shared_state"]["transport"] or {}
+        tb = (await client.get(b_url + "/health")).json()["shared_state"]["transport"] or {}
+    return {"a_sent": ta.get("messages_sent", 0), "b_received": tb.get("messages_received", 0),
+            "a_dropped": ta.get("messages_dropped", 0)}
+
+
+async def bench_wake_ha(args: argparse.Namespace, failures: list[str]) -> dict:
+    """A pop parked on broker B, the push on broker A (same PostgreSQL): woken through the
+    mesh, then, with two brokers that have no peers, only by B's own re-check timer."""
+    cut_delay = tuple(args.wake_ha_cut_delay_ms)
+    db = start_database()
+    result: dict[str, Any] = {"delay_ms": args.wake_ha_delay_ms, "cut_delay_ms": cut_delay,
+                              "target_p99_ms": 50, "pop_wait_max_interval_ms": 1000}
+    try:
+        for mode, tries in (("mesh", args.wake_ha_tries), ("cut", args.wake_ha_cut_tries)):
+            t = time.perf_counter()
+            brokers = start_brokers(db, 2, mesh=(mode == "mesh"))
+            try:
+                a, b = brokers
+                log(f"{mode}: {db.kind} PostgreSQL on {db.host}:{db.port}, broker A {a.url}, "
+                    f"broker B {b.url} (started in {time.perf_counter() - t:.1f}s)")
+                if mode == "mesh":
+                    up = await wait_mesh_up([a.url, b.url])
+                    if not up:
+                        failures.append("wake_ha: the mesh did not come up within 20 s")
+                        break
+                    log("mesh up: both brokers see their peer connected and alive")
+                if mode == "mesh":
+                    before = await mesh_counters(a.url, b.url)
+                    res = await wake_series(b.url, a.url, tries, 5, args.wake_ha_delay_ms,
+                                            failures, "wake_ha mesh")
+                    after = await mesh_counters(a.url, b.url)
+                    res["mesh_frames"] = {k: after[k] - before[k] for k in before}
+                else:
+                    res = await wake_series(b.url, a.url, tries, 2, cut_delay, failures,
+                                            "wake_ha cut", lanes=args.wake_ha_cut_lanes)
+                result[mode] = res
+                s = res["latency_from_push_response_ms"]
+                log(f"{mode}: {res['measured']} tries, after push response p50/p99/max "
+                    f"{fmt_ms(s['p50'])}/{fmt_ms(s['p99'])}/{fmt_ms(s['max'])} ms")
+            finally:
+                for x in brokers:
+                    x.stop()
+    finally:
+        db.stop()
+    if "mesh" not in result:
+        return result
+    s = result["mesh"]["latency_from_push_response_ms"]
+    result["target_met"] = s["p99"] is not None and s["p99"] < 50
+    cut = result.get("cut")
+    if cut:
+        c = cut["latency_from_push_response_ms"]
+        # bounded by the largest re-check interval plus one pop query (allow 250 ms for it)
+        result["cut_bound_ms"] = 1000 + 250
+        result["cut_within_bound"] = c["max"] is not None and c["max"] < result["cut_bound_ms"]
+    print()
+    headers = ["wake A->B, ms", f"mesh p50", "p95", "p99", "max",
+               "no mesh p50", "p95", "p99", "max"]
+    rows = []
+    for label, key in WAKE_ROWS:
+        row = [label]
+        for mode in ("mesh", "cut"):
+            st = result[mode][key] if mode in result else {}
+            row += [fmt_ms(st.get(x)) for x in ("p50", "p95", "p99", "max")]
+        rows.append(row)
+    print(table(headers, rows))
+    print(f"  mesh: {result['mesh']['measured']} tries one at a time, pop parked on B "
+          f"{args.wake_ha_delay_ms} ms before the push on A")
+    print(f"  no mesh: {cut['measured'] if cut else 0} tries in {args.wake_ha_cut_lanes} "
+          f"concurrent lanes, pop parked on B {cut_delay[0]}-{cut_delay[1]} ms (uniform) before "
+          f"the push on A")
+    fr = result["mesh"].get("mesh_frames", {})
+    print(f"  mesh frames during the meshed tries: A sent {fr.get('a_sent')}, B received "
+          f"{fr.get('b_received')}, A dropped {fr.get('a_dropped')}")
+    print(f"  mesh: target p99 < 50 ms after the push response: "
+          f"{'met' if result['target_met'] else 'NOT met'}")
+    if cut:
+        print(f"  no mesh: B finds the message on its next re-check (every 100, 100, 100, 200, "
+              f"400, 800, then 1000 ms after parking); max {fmt_ms(c['max'])} ms "
+              f"{'within' if result['cut_within_bound'] else 'OVER'} "
+              f"POP_WAIT_MAX_INTERVAL_MS + one query (~{result['cut_bound_ms']} ms). "
+              f"Reference Queen, single broker: ~650 ms")
+    return result
+
+
+OUTAGE_ACKED = ("queued", "duplicate", "buffered")
+OUTAGE_STATUSES = ("queued", "duplicate", "buffered", "failed", "http_error", "conn_error",
+                   "timeout")
+
+
+async def bench_outage(args: argparse.Namespace, failures: list[str]) -> dict:
+    """16 producers push steadily; PostgreSQL is crash-stopped for a while and started again;
+    afterwards every id the broker acknowledged must be in PostgreSQL exactly once."""
+    db = start_database()
+    if not db.can_restart:
+        db.stop()
+        log("outage: skipped, it stops PostgreSQL and needs the embedded one (PG_HOST is set)")
+        return {"skipped": "needs the embedded PostgreSQL (PG_HOST is set)"}
+    queue = f"bench-outage-{uuid.uuid4().hex[:8]}"
+    tag = uuid.uuid4().hex[:8]
+    producers = args.outage_producers
+    status: dict[str, str] = {}      # transactionId -> what the broker answered
+    period: dict[str, str] = {}      # transactionId -> before / outage / after (by send time)
+    order: dict[int, list[str]] = {k: [] for k in range(producers)}  # acked, in send order
+    requests = {"before": 0, "outage": 0, "after": 0}
+    req_ms: dict[str, list[float]] = {"before": [], "outage": [], "after": []}
+    first_error: dict[str, str] = {}
+    stop = asyncio.Event()
+    marks: dict[str, float] = {}
+    spool_samples: list[tuple[float, int]] = []
+
+    def now_period(t: float) -> str:
+        if "pg_stop" not in marks or t < marks["pg_stop"]:
+            return "before"
+        if "pg_started" not in marks or t < marks["pg_started"]:
+            return "outage"
+        return "after"
+
+    t = time.perf_counter()
+    broker = Broker(db, DB_CONNECTION_TIMEOUT=str(args.outage_db_timeout_ms))
+    log(f"{db.kind} PostgreSQL on {db.host}:{db.port}, broker on {broker.url} "
+        f"(DB_CONNECTION_TIMEOUT={args.outage_db_timeout_ms}; started in "
+        f"{time.perf_counter() - t:.1f}s)")
+    try:
+        async def producer(k: int) -> None:
+            import random
+            rng = random.Random(k)
+            seq = 0
+            async with RawHTTPClient(broker.url, 2) as client:
+                while not stop.is_set():
+                    n = rng.randint(1, 10)
+                    txids = [f"{tag}-{k}-{seq + i}" for i in range(n)]
+                    seq += n
+                    body = json.dumps({"items": [
+                        {"queue": queue, "partition": f"p{k}", "transactionId": tx,
+                         "payload": {"k": k, "tx": tx, "pad": PAD}} for tx in txids]})
+                    t_send = time.perf_counter()
+                    per = now_period(t_send)
+                    try:
+                        r = await asyncio.wait_for(
+                            client.post("/api/v1/push", content=body, headers=JSON_HEADERS),
+                            args.outage_request_timeout)
+                    except asyncio.TimeoutError:
+                        # (the connection that timed out is dropped; the next push opens one)
+                        got = ["timeout"] * n
+                    except (OSError, asyncio.IncompleteReadError, RuntimeError) as exc:
+                        got = ["conn_error"] * n
+                        first_error.setdefault("conn_error", repr(exc)[:200])
+                    else:
+                        got = ["http_error"] * n
+                        try:
+                            items = r.json() if r.content else None
+                        except ValueError:
+                            items = None
+                        if isinstance(items, list) and len(items) == n:
+                            got = [x.get("status") if x.get("status") in OUTAGE_STATUSES
+                                   else "http_error" for x in items]
+                        if r.status_code not in (200, 201) or "http_error" in got:
+                            first_error.setdefault(f"HTTP {r.status_code}", r.text[:200])
+                    requests[per] += 1
+                    req_ms[per].append((time.perf_counter() - t_send) * 1000)
+                    for tx, st in zip(txids, got):
+                        status[tx], period[tx] = st, per
+                        if st in OUTAGE_ACKED:
+                            order[k].append(tx)
+                    if args.outage_pause_ms:
+                        await asyncio.sleep(args.outage_pause_ms / 1000)
+
+        async def spool_pending(client: httpx.AsyncClient) -> int | None:
+            try:
+                r = await client.get(broker.url + "/api/v1/system/maintenance")
+                return int(r.json()["bufferedMessages"])
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                return None
+
+        async def monitor() -> None:
+            async with httpx.AsyncClient(timeout=5) as client:
+                while not stop.is_set():
+                    n = await spool_pending(client)
+                    if n is not None:
+                        spool_samples.append((time.perf_counter(), n))
+                    await asyncio.sleep(0.25)
+
+        marks["start"] = time.perf_counter()
+        tasks = [asyncio.create_task(producer(k)) for k in range(producers)]
+        mon = asyncio.create_task(monitor())
+        await asyncio.sleep(args.outage_before_s)
+        log(f"stopping PostgreSQL (immediate) for {args.outage_down_s:g} s "
+            f"({sum(1 for _ in status)} items pushed so far)")
+        marks["pg_stop"] = time.perf_counter()
+        await db.stop_server()
+        marks["pg_stopped"] = time.perf_counter()
+        await asyncio.sleep(max(0.0, args.outage_down_s - (marks["pg_stopped"] - marks["pg_stop"])))
+        log("starting PostgreSQL again")
+        await db.start_server()
+        marks["pg_started"] = time.perf_counter()
+        await asyncio.sleep(args.outage_after_s)
+        stop.set()
+        done, pending = await asyncio.wait(tasks, timeout=args.outage_request_timeout + 5)
+        for x in pending:
+            x.cancel()
+        if pending:
+            failures.append(f"outage: {len(pending)} producers did not stop")
+        marks["producers_stopped"] = time.perf_counter()
+        await asyncio.wait([mon], timeout=10)
+        log(f"producers stopped ({len(status)} items); waiting for the spool to drain")
+
+        drained = False
+        last = None
+        async with httpx.AsyncClient(timeout=5) as client:
+            deadline = time.perf_counter() + args.outage_drain_max_s
+            while time.perf_counter() < deadline:
+                last = await spool_pending(client)
+                if last is not None:
+                    spool_samples.append((time.perf_counter(), last))
+                if last == 0:
+                    drained = True
+                    break
+                await asyncio.sleep(0.1)
+            marks["drained"] = time.perf_counter()
+            health = (await client.get(broker.url + "/health")).json()
+        if not drained:
+            failures.append(f"outage: spool not drained within {args.outage_drain_max_s:g} s "
+                            f"({last} messages still buffered)")
+        # the first moment after the restart at which the spool was seen empty
+        empty_after = next((ts for ts, n in spool_samples
+                            if ts >= marks["pg_started"] and n == 0), None)
+
+        conn = await asyncpg.connect(db.dsn, timeout=10)
+        try:
+            rows = await conn.fetch(
+                "SELECT m.transaction_id, count(*) AS n, p.name AS partition, "
+                "array_agg(m.seq ORDER BY m.seq) AS seqs "
+                "FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
+                "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 "
+                "GROUP BY m.transaction_id, p.name", queue)
+        finally:
+            await conn.close()
+    finally:
+        broker.stop()
+        db.stop()
+
+    present: dict[str, int] = {}
+    first_seq: dict[str, int] = {}
+    for r in rows:
+        present[r["transaction_id"]] = present.get(r["transaction_id"], 0) + r["n"]
+        first_seq[r["transaction_id"]] = r["seqs"][0]
+    acked = {tx for tx, st in status.items() if st in OUTAGE_ACKED}
+    unacked = set(status) - acked
+    missing = sorted(acked - present.keys())
+    duplicated = sorted(tx for tx, n in present.items() if n > 1)
+    unexpected = sorted(present.keys() - status.keys())
+    unacked_present = sorted(unacked & present.keys())
+    # informational: does each partition hold its acknowledged ids in send order?
+    # An id "overtook" when it is stored ahead of an id the same producer sent before it.
+    out_of_order: list[int] = []
+    overtaking = 0
+    overtaking_by_period = {"before": 0, "outage": 0, "after": 0}
+    for k, txs in order.items():
+        top = -1
+        bad = 0
+        for tx in txs:
+            sq = first_seq.get(tx)
+            if sq is None:
+                continue
+            if sq < top:
+                bad += 1
+                overtaking_by_period[period[tx]] += 1
+            top = max(top, sq)
+        if bad:
+            out_of_order.append(k)
+            overtaking += bad
+
+    counts = {per: {st: 0 for st in OUTAGE_STATUSES} for per in ("before", "outage", "after")}
+    for tx, st in status.items():
+        counts[period[tx]][st] += 1
+    total = {st: sum(counts[p][st] for p in counts) for st in OUTAGE_STATUSES}
+    ok = not missing and not duplicated and not unexpected
+    if missing or duplicated:
+        failures.append(f"outage: {len(missing)} acknowledged ids missing, {len(duplicated)} "
+                        f"duplicated in PostgreSQL (e.g. {(missing + duplicated)[:5]})")
+    if unexpected:
+        failures.append(f"outage: {len(unexpected)} ids in PostgreSQL nobody pushed")
+    peak = max((n for _, n in spool_samples), default=0)
+    result = {
+        "queue": queue, "producers": producers, "pause_ms": args.outage_pause_ms,
+        "db_connection_timeout_ms": args.outage_db_timeout_ms,
+        "phases_s": {"before": marks["pg_stop"] - marks["start"],
+                     "stop_call": marks["pg_stopped"] - marks["pg_stop"],
+                     "down": marks["pg_started"] - marks["pg_stop"],
+                     "after": marks["producers_stopped"] - marks["pg_started"]},
+        "requests": requests,
+        "request_ms": {p: {"p50": percentile(v, 50), "p99": percentile(v, 99),
+                           "max": max(v) if v else None} for p, v in req_ms.items()},
+        "items_pushed": len(status), "by_period": counts, "totals": total,
+        "acknowledged": len(acked), "present": len(present),
+        "acknowledged_present_once": len(acked) - len(missing)
+        - len(set(duplicated) & acked),
+        "missing": len(missing), "duplicated": len(duplicated), "unexpected": len(unexpected),
+        "unacknowledged": len(unacked), "unacknowledged_present": len(unacked_present),
+        "unacknowledged_absent": len(unacked) - len(unacked_present),
+        "missing_ids": missing[:100], "duplicated_ids": duplicated[:100],
+        "unacknowledged_present_ids": unacked_present[:100],
+        "partitions_out_of_send_order": out_of_order,
+        "acked_ids_stored_ahead_of_earlier_sent": overtaking,
+        "acked_ids_stored_ahead_by_period": overtaking_by_period,
+        "spool_peak": peak, "drained": drained,
+        "drain_after_producers_stopped_s": marks["drained"] - marks["producers_stopped"]
+        if drained else None,
+        "spool_empty_after_pg_start_s": (empty_after - marks["pg_started"])
+        if empty_after is not None else None,
+        "spool_failed_count": (health.get("spool") or {}).get("failedCount"),
+        "first_errors": first_error, "invariant_ok": ok,
+    }
+    print()
+    rows_out = [[st] + [counts[p][st] for p in ("before", "outage", "after")] + [total[st]]
+                for st in OUTAGE_STATUSES]
+    rows_out.append(["requests"] + [requests[p] for p in ("before", "outage", "after")]
+                    + [sum(requests.values())])
+    rows_out.append(["request ms p50 / max"] + [
+        f"{fmt_ms(result['request_ms'][p]['p50'])} / {fmt_ms(result['request_ms'][p]['max'])}"
+        for p in ("before", "outage", "after")] + [""])
+    ph = result["phases_s"]
+    print(table(["items answered", f"before ({ph['before']:.1f}s)",
+                 f"PG down ({ph['down']:.1f}s)", f"after ({ph['after']:.1f}s)", "total"],
+                rows_out))
+    drain = result["drain_after_producers_stopped_s"]
+    empty = result["spool_empty_after_pg_start_s"]
+    print(table(["outage: in PostgreSQL afterwards", "value"], [
+        ["items pushed / acknowledged (queued+duplicate+buffered)",
+         f"{len(status)} / {len(acked)}"],
+        ["acknowledged present exactly once", result["acknowledged_present_once"]],
+        ["acknowledged missing", len(missing)],
+        ["duplicated (any id)", len(duplicated)],
+        ["present but nobody pushed them", len(unexpected)],
+        ["not acknowledged (failed/HTTP/conn error/timeout): present / absent",
+         f"{len(unacked_present)} / {len(unacked) - len(unacked_present)}"],
+        ["spool peak (buffered messages)", peak],
+        ["spool empty after PostgreSQL start (s)", "-" if empty is None else f"{empty:.2f}"],
+        ["drain after producers stopped (s)", "-" if drain is None else f"{drain:.2f}"],
+        ["info: partitions not in send order / ids stored ahead of earlier-sent ids",
+         f"{len(out_of_order)} / {overtaking} (sent: " + ", ".join(
+             f"{p} {n}" for p, n in overtaking_by_period.items()) + ")"],
+        ["invariant", "OK" if ok else "FAILED"],
+    ]))
+    for k, v in first_error.items():
+        print(f"  first {k}: {v}")
     return result
 
 
@@ -667,7 +1079,8 @@ async def bench_consume(args: argparse.Namespace, failures: list[str]) -> dict:
     return result
 
 
-RUNNERS = {"push": bench_push, "pop": bench_pop, "wake": bench_wake, "consume": bench_consume}
+RUNNERS = {"push": bench_push, "pop": bench_pop, "wake": bench_wake, "wake_ha": bench_wake_ha,
+           "consume": bench_consume, "outage": bench_outage}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -703,6 +1116,29 @@ def summary_rows(name: str, res: dict) -> list[list[str]]:
                  "target p99 < 50 ms", "met" if res["target_met"] else "NOT met"],
                 ["wake: after push send p50/p99",
                  f"{fmt_ms(t['p50'])}/{fmt_ms(t['p99'])} ms", "", ""]]
+    if name == "wake_ha":
+        rows = []
+        for mode, label, verdict in (
+                ("mesh", "wake_ha: push on A, pop on B, mesh", "target p99 < 50 ms"),
+                ("cut", "wake_ha: push on A, pop on B, no mesh", "re-check timer (<= 1 s + query)")):
+            if mode not in res:
+                continue
+            s = res[mode]["latency_from_push_response_ms"]
+            ok = res.get("target_met") if mode == "mesh" else res.get("cut_within_bound")
+            rows.append([f"{label} p50/p95/p99/max",
+                         f"{fmt_ms(s['p50'])}/{fmt_ms(s['p95'])}/{fmt_ms(s['p99'])}/"
+                         f"{fmt_ms(s['max'])} ms", verdict, "met" if ok else "NOT met"])
+        return rows
+    if name == "outage":
+        if res.get("skipped"):
+            return [["outage: skipped", res["skipped"], "", ""]]
+        drain = res["drain_after_producers_stopped_s"]
+        return [["outage: PG down {:.0f}s, acked ids in PG once".format(res["phases_s"]["down"]),
+                 f"{res['acknowledged_present_once']}/{res['acknowledged']} "
+                 f"({res['totals']['buffered']} buffered)",
+                 f"missing {res['missing']}, dup {res['duplicated']}, "
+                 f"drain {'-' if drain is None else f'{drain:.1f}'} s",
+                 "OK" if res["invariant_ok"] else "INVARIANT FAILED"]]
     if name == "consume":
         return [["consume: official client end-to-end",
                  f"{fmt_rate(res['msgs_per_s'])} msg/s ({res['elapsed_s']:.2f} s)",
@@ -734,6 +1170,34 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--wake-tries", type=int, default=200, help="measured wake-up tries")
     ap.add_argument("--wake-delay-ms", type=int, default=500,
                     help="time a pop stays parked before the push")
+    ap.add_argument("--wake-ha-tries", type=int, default=200,
+                    help="wake_ha: measured tries with the two brokers meshed")
+    ap.add_argument("--wake-ha-cut-tries", type=int, default=30,
+                    help="wake_ha: measured tries with the two brokers not meshed")
+    ap.add_argument("--wake-ha-delay-ms", type=int, default=300,
+                    help="wake_ha: time a pop stays parked on B before the push on A")
+    ap.add_argument("--wake-ha-cut-delay-ms", type=lambda v: [int(x) for x in v.split("-", 1)],
+                    default=[1700, 2700], metavar="LO-HI",
+                    help="wake_ha without mesh: the push on A comes this long (uniform) after "
+                         "the pop parked on B; 1700-2700 is one full 1000 ms re-check period of "
+                         "a pop parked long enough for its interval to reach the cap")
+    ap.add_argument("--wake-ha-cut-lanes", type=int, default=10,
+                    help="wake_ha without mesh: tries running concurrently (on distinct queues)")
+    ap.add_argument("--outage-producers", type=int, default=16, help="outage: producers")
+    ap.add_argument("--outage-pause-ms", type=int, default=10,
+                    help="outage: pause of each producer between two pushes")
+    ap.add_argument("--outage-before-s", type=float, default=5.0,
+                    help="outage: pushing before PostgreSQL is stopped")
+    ap.add_argument("--outage-down-s", type=float, default=10.0,
+                    help="outage: PostgreSQL down for this long")
+    ap.add_argument("--outage-after-s", type=float, default=5.0,
+                    help="outage: pushing after PostgreSQL is started again")
+    ap.add_argument("--outage-db-timeout-ms", type=int, default=500,
+                    help="outage: the broker's DB_CONNECTION_TIMEOUT")
+    ap.add_argument("--outage-request-timeout", type=float, default=30.0,
+                    help="outage: client timeout of one push (then counted as 'timeout')")
+    ap.add_argument("--outage-drain-max-s", type=float, default=120.0,
+                    help="outage: longest wait for the spool to drain")
     ap.add_argument("--consume-n", type=int, default=10000, help="messages through consume()")
     ap.add_argument("--consume-producers", type=int, default=4, help="concurrent producers")
     ap.add_argument("--consume-concurrency", type=int, default=8, help="consume() workers")
@@ -748,8 +1212,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if unknown:
         ap.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
     if min(args.concurrency, args.partitions, args.rounds, args.consume_producers,
-           args.consume_concurrency, args.consume_batch) < 1:
+           args.consume_concurrency, args.consume_batch, args.wake_tries, args.wake_ha_tries,
+           args.wake_ha_cut_tries, args.wake_ha_cut_lanes, args.outage_producers) < 1:
         ap.error("counts must be >= 1")
+    cut = args.wake_ha_cut_delay_ms
+    if len(cut) != 2 or not 0 <= cut[0] <= cut[1] <= 3500:
+        ap.error("--wake-ha-cut-delay-ms must be LO-HI with 0 <= LO <= HI <= 3500 (the parked "
+                 "pop times out after 5 s)")
+    if not 0 <= args.wake_ha_delay_ms <= 3500 or not 0 <= args.wake_delay_ms <= 3500:
+        ap.error("wake delays must be between 0 and 3500 ms (the parked pop times out after 5 s)")
     args.names = args.names or list(BENCHMARKS)
     return args
 

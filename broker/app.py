@@ -105,6 +105,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         flags.listeners.append(
             lambda which, enabled: (spool.pause() if enabled else spool.resume())
             if which == "push" else None)
+        app.ctx.spool_backlog = await spool.backlog_ref()
         replayed = await spool.recover()
         if replayed:
             logger.info("spool: replayed {} event(s) left by a previous run", replayed)

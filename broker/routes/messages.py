@@ -55,6 +55,10 @@ async def push(request: Request):
         return json([], status=201)
     if app.ctx.flags.push:  # maintenance: straight to the spool, no database, no wake
         return await _spool(app, items, None, producer_sub)
+    if app.ctx.spool_backlog.holds({(i.queue, i.partition) for i in items}):
+        # Earlier pushes to one of these partitions still wait in the spool (an
+        # outage just ended): queue behind them, or the partition's order breaks.
+        return await _spool(app, items, None, producer_sub)
     rows = None
     try:
         rows = await to_rows(app, items, producer_sub)
@@ -374,6 +378,12 @@ def _parse_transaction(body: Any):
 async def transaction(request: Request):
     flat, required = _parse_transaction(read_json(request))
     app = request.app
+    held = {(x.queue, x.partition) for k, x in flat if k == "push"}
+    if held and app.ctx.spool_backlog.holds(held):
+        # A transaction cannot wait in the spool, and committing its pushes now
+        # would put them ahead of spooled pushes to the same partition.
+        return error("Pushes to this partition are still being replayed from the spool "
+                     "after a database outage; retry shortly", 503)
     push_items = [x for k, x in flat if k == "push"]
     producer_sub = getattr(request.ctx, "producer_sub", None)
     push_rows = (iter(await to_rows(app, push_items, producer_sub)) if push_items

@@ -194,3 +194,28 @@ def test_unwritable_spool_reports_each_item_failed(db, brokers, tmp_path, queue_
         spool_dir.unlink()
         spool_dir.mkdir()
         maintenance(b.url, False)
+
+
+async def test_order_holds_when_pushes_continue_while_the_spool_drains(db, brokers, queue_name):
+    """Pushes acknowledged after PostgreSQL returns queue behind the ones the
+    spool still holds for the same partition: per-partition order is the order
+    of acknowledgement."""
+    b = brokers(db, DB_CONNECTION_TIMEOUT="500")
+    sent = []
+
+    def send(txid: str) -> str:
+        sent.append(txid)
+        return push(b.url, queue_name, "p", [txid]).json()[0]["status"]
+
+    assert send("before") == "queued"
+    db.embedded.stop(mode="immediate")
+    try:
+        assert {send(f"down-{i}") for i in range(20)} == {"buffered"}
+    finally:
+        db.embedded.start()
+    statuses = {send(f"after-{i}") for i in range(20)}  # at once, while the spool drains
+    assert statuses <= {"queued", "buffered"}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(await stored(db, queue_name)) < len(sent):
+        await asyncio.sleep(0.2)
+    assert [t for _, t in await stored(db, queue_name)] == sent

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import actors.spool as spool_mod
-from actors.spool import Spool, SpoolError, encode_records, read_records
+from actors.spool import Spool, SpoolBacklog, SpoolError, encode_records, read_records
 
 
 class Unreachable(ConnectionError):
@@ -36,6 +36,8 @@ class FakeDB:
         self.down = False
         self.poison: set[str] = set()  # transactionIds the server rejects
         self.gate: asyncio.Event | None = None  # when set, replay waits for it
+        self.down_on: set[int] = set()  # call numbers (1-based) that fail as unreachable
+        self.probe = None  # called with ("start" | "committed", events) inside replay
         self.running = 0
         self.max_running = 0
 
@@ -44,10 +46,12 @@ class FakeDB:
         self.running += 1
         self.max_running = max(self.max_running, self.running)
         try:
+            if self.probe is not None:
+                self.probe("start", events)
             if self.gate is not None:
                 await self.gate.wait()
             await asyncio.sleep(0)
-            if self.down:
+            if self.down or self.calls in self.down_on:
                 raise Unreachable("connection refused")
             if any(e["transactionId"] in self.poison for e in events):
                 raise Rejected("invalid input syntax")
@@ -59,6 +63,8 @@ class FakeDB:
                 else:
                     self.keys.add(key)
                     self.rows.append(e)
+            if self.probe is not None:
+                self.probe("committed", events)
         finally:
             self.running -= 1
 
@@ -112,7 +118,8 @@ async def make(db, sdir):
         kw.setdefault("replay", db.replay)
         kw.setdefault("is_transient", lambda exc: isinstance(exc, ConnectionError))
         kw.setdefault("flush_ms", 5)
-        ref = Spool.start(directory or sdir, **kw)
+        cls = kw.pop("cls", Spool)
+        ref = cls.start(directory or sdir, **kw)
         refs.append(ref)
         return ref
 
@@ -380,3 +387,253 @@ async def test_disk_full_midway_leaves_no_partial_request(make, db, sdir, monkey
     await until(lambda: len(db.rows) == 3)
     await asyncio.sleep(0.02)
     assert db.tids() == ["a1", "a2", "c1"]
+
+
+# -- the backlog (sticky failover) ---------------------------------------------------
+
+def counts(backlog: SpoolBacklog) -> dict:
+    return dict(backlog._counts)
+
+
+def test_backlog_counts_per_queue_and_partition():
+    b = SpoolBacklog()
+    assert not b.holds([("q", "p0")]) and b.total() == 0 and b.partitions() == 0
+    b.add([ev("a"), ev("b"), ev("c", "p1"), ev("d", queue="q2"),
+           {"queue": "q", "transactionId": "e"}, {"queue": "q", "partition": None, "transactionId": "f"}])
+    assert counts(b) == {("q", "p0"): 2, ("q", "p1"): 1, ("q2", "p0"): 1, ("q", "Default"): 2}
+    assert b.total() == 6 and b.partitions() == 4
+    assert b.holds([("q", "p1")]) and b.holds([("x", "y"), ("q2", "p0")])
+    assert b.holds([("q", None)]) and b.holds([("q", "Default")])
+    assert not b.holds([("q", "p9"), ("q2", "p1")]) and not b.holds([])
+    b.remove([ev("a"), ev("c", "p1"), ev("c", "p1"), ev("zz", "p7")])  # never below zero
+    assert counts(b) == {("q", "p0"): 1, ("q2", "p0"): 1, ("q", "Default"): 2}
+    assert not b.holds([("q", "p1")]) and b.partitions() == 3  # zero entries are dropped
+    b.clear()
+    assert b.total() == 0 and b.partitions() == 0 and not b.holds([("q", "p0")])
+
+
+async def test_backlog_counts_appends_across_partitions(make, sdir):
+    ref = make(start_paused=True, events_per_file=3)
+    spool = ref.proxy()
+    backlog = await spool.backlog_ref()
+    assert isinstance(backlog, SpoolBacklog) and backlog.total() == 0
+    await spool.append([ev("a0", "a"), ev("b0", "b")])
+    await spool.append([ev("a1", "a"), ev("a2", "a"), ev("c0", "c", queue="q2")])  # rotates
+    await spool.append([ev("b1", "b")])
+    # the very object the spool keeps up to date, read without a round trip
+    assert backlog is await spool.backlog_ref()
+    assert counts(backlog) == {("q", "a"): 3, ("q", "b"): 2, ("q2", "c"): 1}
+    assert backlog.holds([("q", "a")]) and backlog.holds([("q2", "c")])
+    assert not backlog.holds([("q", "c")]) and not backlog.holds([("q2", "a")])
+    stats = await spool.stats()
+    assert stats["backlogPartitions"] == 3 and stats["pendingCount"] == 6
+
+
+async def test_backlog_holds_until_replay_returned(make, db, sdir):
+    db.gate = asyncio.Event()
+    seen = []
+    ref = make(max_batch=2)
+    spool = ref.proxy()
+    backlog = await spool.backlog_ref()
+    db.probe = lambda when, events: seen.append((when, backlog.count("q", "a"), backlog.count("q", "b")))
+    await spool.append([ev("a0", "a"), ev("a1", "a"), ev("a2", "a"), ev("b0", "b")])
+    await until(lambda: db.calls == 1)  # the drain is stuck inside the first chunk's replay
+    await asyncio.sleep(0.02)
+    assert backlog.holds([("q", "a")]) and backlog.holds([("q", "b")])
+    assert backlog.total() == 4
+    db.gate.set()
+    await until(lambda: backlog.total() == 0)
+    assert not backlog.holds([("q", "a")]) and not backlog.holds([("q", "b")])
+    assert db.tids() == ["a0", "a1", "a2", "b0"]
+    # each chunk still counted while its transaction ran, even once committed;
+    # taken off only after replay() returned
+    assert seen == [("start", 3, 1), ("committed", 3, 1), ("start", 1, 1), ("committed", 1, 1)]
+    assert (await spool.stats())["backlogPartitions"] == 0
+
+
+async def test_backlog_holds_pushes_spooled_during_a_drain(make, db, sdir):
+    """A push appended while older events of its partition replay stays held."""
+    db.gate = asyncio.Event()
+    spool = make().proxy()
+    backlog = await spool.backlog_ref()
+    await spool.append([ev("a0", "a")])
+    await until(lambda: db.calls == 1)
+    await spool.append([ev("a1", "a")])  # sticky: the broker diverted it here
+    assert backlog.count("q", "a") == 2
+    db.gate.set()
+    await until(lambda: db.calls == 2)
+    await until(lambda: backlog.total() == 0)
+    assert db.tids() == ["a0", "a1"]
+
+
+async def test_backlog_ignores_a_failed_append(make, sdir, monkeypatch, tmp_path):
+    budget = {"bytes": None}
+    real_write = os.write
+
+    def write(fd, data):
+        if budget["bytes"] is None:
+            return real_write(fd, data)
+        if budget["bytes"] <= 0:
+            raise OSError(28, "No space left on device")
+        n = real_write(fd, bytes(data[:budget["bytes"]]))
+        budget["bytes"] -= n
+        return n
+
+    monkeypatch.setattr(spool_mod, "_os_write", write)
+    spool = make(start_paused=True).proxy()
+    backlog = await spool.backlog_ref()
+    await spool.append([ev("a1", "a")])
+    budget["bytes"] = 30  # part of the next push reaches the disk, then ENOSPC: rolled back
+    with pytest.raises(SpoolError):
+        await spool.append([ev("a2", "a"), ev("b1", "b")])
+    assert counts(backlog) == {("q", "a"): 1}
+
+    # rolling back fails as well: the file is finalized with a torn tail, still not counted
+    monkeypatch.setattr(spool_mod, "_os_ftruncate", lambda fd, size: (_ for _ in ()).throw(OSError(5, "EIO")))
+    budget["bytes"] = 30
+    with pytest.raises(SpoolError):
+        await spool.append([ev("a3", "a"), ev("c1", "c")])
+    assert counts(backlog) == {("q", "a"): 1}
+
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    broken = make(not_a_dir).proxy()
+    with pytest.raises(SpoolError):
+        await broken.append([ev("x", "a")])
+    assert (await broken.backlog_ref()).total() == 0
+
+
+async def test_backlog_counts_files_found_at_start(make, db, sdir):
+    sdir.mkdir()
+    (sdir / "queen-1700000000000-00000000.buf").write_bytes(
+        encode_records([ev("a0", "a"), ev("b0", "b"), ev("a1", "a"), ev("x0", "x", queue="q2")])
+        + (5).to_bytes(4, "little") + b"{nope")  # unparseable: no partition to hold
+    (sdir / "queen-1700000000001-00000000.tmp").write_bytes(  # a crashed run's active file
+        encode_records([ev("b1", "b"), ev("c0", "c")])
+        + encode_records([ev("d0", "d")])[:-2])  # torn: never acknowledged, not counted
+    (sdir / "queen-1700000000002-00000000.tmp").write_bytes(b"")
+    ref = make(flush_ms=10_000)
+    spool = ref.proxy()
+    backlog = await spool.backlog_ref()
+    assert counts(backlog) == {("q", "a"): 2, ("q", "b"): 2, ("q", "c"): 1, ("q2", "x"): 1}
+    assert (await spool.stats())["backlogPartitions"] == 4
+    assert await spool.recover() == 6
+    assert backlog.total() == 0 and backlog.partitions() == 0
+    assert db.tids("b") == ["b0", "b1"]
+
+
+async def test_backlog_drops_quarantined_files(make, db, sdir):
+    sdir.mkdir()
+    (sdir / "queen-1700000000000-00000000.buf").write_bytes(
+        encode_records([ev("a0", "a"), ev("bad", "p"), ev("p1", "p"), ev("a1", "a")]))
+    (sdir / "queen-1700000000001-00000000.buf").write_bytes(encode_records([ev("a2", "a")]))
+    db.poison = {"bad"}
+    spool = make(flush_ms=10_000, max_batch=1).proxy()  # recover() drives every attempt
+    backlog = await spool.backlog_ref()
+    assert counts(backlog) == {("q", "a"): 3, ("q", "p"): 2}
+    assert await spool.recover() == 1  # a0, then "bad" is rejected (1/5)
+    assert counts(backlog) == {("q", "a"): 2, ("q", "p"): 2}
+    for _ in range(4):  # 2/5 .. 5/5: quarantined; a0 is never replayed (nor subtracted) again
+        assert await spool.recover() == 0
+    assert len(os.listdir(sdir / "failed")) == 1
+    assert counts(backlog) == {("q", "a"): 1}  # the file's remaining events left the chain
+    assert await spool.recover() == 1
+    assert backlog.total() == 0 and db.tids() == ["a0", "a2"]
+
+
+async def test_backlog_keeps_counts_through_transient_failures(make, db, sdir):
+    db.down = True
+    spool = make(flush_ms=1, cooldown_after=1000).proxy()
+    backlog = await spool.backlog_ref()
+    await spool.append([ev("a0", "a"), ev("b0", "b")])
+    await spool.append([ev("a1", "a")])
+    await until(lambda: db.calls >= 10)
+    assert counts(backlog) == {("q", "a"): 2, ("q", "b"): 1}
+    assert await spool.recover() == 0
+    assert counts(backlog) == {("q", "a"): 2, ("q", "b"): 1}
+    db.down = False
+    await until(lambda: backlog.total() == 0)
+    assert db.tids() == ["a0", "b0", "a1"]
+
+
+async def test_backlog_retried_partial_file_subtracts_once(make, db, sdir):
+    sdir.mkdir()
+    (sdir / "queen-1700000000000-00000000.buf").write_bytes(
+        encode_records([ev(f"a{i}", "a") for i in range(6)]))
+    (sdir / "queen-1700000000001-00000000.buf").write_bytes(encode_records([ev("a6", "a")]))
+    db.down_on = {2}  # the second chunk fails once: the file is drained partially
+    spool = make(flush_ms=10_000, max_batch=2).proxy()
+    backlog = await spool.backlog_ref()
+    assert backlog.count("q", "a") == 7
+    assert await spool.recover() == 2
+    assert backlog.count("q", "a") == 5
+    assert await spool.recover() == 5  # resumes at the failed chunk
+    assert backlog.total() == 0 and db.tids() == [f"a{i}" for i in range(7)]
+    assert db.duplicates == 0
+
+
+class ForgetfulSpool(Spool):
+    def forget_progress(self) -> None:
+        """As if the resume point of partially drained files were lost."""
+        self._progress.clear()
+
+
+async def test_backlog_chunk_replayed_twice_subtracts_once(make, db, sdir):
+    sdir.mkdir()
+    (sdir / "queen-1700000000000-00000000.buf").write_bytes(
+        encode_records([ev(f"a{i}", "a") for i in range(4)]))
+    db.down_on = {2}
+    spool = make(flush_ms=10_000, max_batch=2, cls=ForgetfulSpool).proxy()
+    backlog = await spool.backlog_ref()
+    assert await spool.recover() == 2
+    assert backlog.count("q", "a") == 2
+    await spool.forget_progress()  # the first chunk runs again
+    seen = []
+    db.probe = lambda when, events: seen.append((when, [e["transactionId"] for e in events],
+                                                 backlog.count("q", "a")))
+    assert await spool.recover() == 4
+    assert db.duplicates == 2
+    assert seen == [("start", ["a0", "a1"], 2), ("committed", ["a0", "a1"], 2),
+                    ("start", ["a2", "a3"], 2), ("committed", ["a2", "a3"], 2)]
+    assert backlog.total() == 0
+
+
+async def test_backlog_ignores_a_file_replayed_again_after_its_delete(make, db, sdir, tmp_path):
+    """A replayed file that reappears (crash before the delete) must not
+    release newer spooled events of the same partition."""
+    spool = make(flush_ms=10_000).proxy()
+    backlog = await spool.backlog_ref()
+    await spool.append([ev("a0", "a"), ev("a1", "a")])
+    assert await spool.finalize()
+    (buf,) = files(sdir, ".buf")
+    shutil.copy(buf, tmp_path / "copy")
+    assert await spool.recover() == 2 and backlog.total() == 0
+    await spool.append([ev("a2", "a")])  # active file, not drained yet
+    shutil.copy(tmp_path / "copy", buf)
+    assert await spool.recover() == 2 and db.duplicates == 2
+    assert counts(backlog) == {("q", "a"): 1}
+    await spool.finalize()
+    assert await spool.recover() == 1
+    assert backlog.total() == 0 and db.tids() == ["a0", "a1", "a2"]
+
+
+async def test_backlog_follows_a_stranded_tmp_file(make, db, sdir, monkeypatch):
+    """A .tmp that cannot be renamed yet keeps holding its partitions, and is
+    counted once when it finally becomes drainable."""
+    spool = make(flush_ms=10_000).proxy()
+    backlog = await spool.backlog_ref()
+    await spool.append([ev("a0", "a")])
+    real_rename = os.rename
+
+    def no_rename(src, dst):
+        raise OSError(13, "Permission denied")
+
+    monkeypatch.setattr(spool_mod.os, "rename", no_rename)
+    assert await spool.finalize() is False
+    assert len(files(sdir, ".tmp")) == 1 and counts(backlog) == {("q", "a"): 1}
+    assert await spool.recover() == 0  # leftovers finalizing fails again: counted once
+    assert counts(backlog) == {("q", "a"): 1}
+    assert (await spool.stats())["pendingCount"] == 1
+    monkeypatch.setattr(spool_mod.os, "rename", real_rename)
+    assert await spool.recover() == 1
+    assert backlog.total() == 0 and (await spool.stats())["pendingCount"] == 0
