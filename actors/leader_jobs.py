@@ -1,10 +1,520 @@
-"""Background jobs: retention sweep (lock 737001), stats reconciler (lock
-737002), metrics collector (ungated). See behaviour.md §7."""
+"""Background jobs (behaviour.md §7, seed-ha.md "Leader-gated background jobs").
+
+Three actors, each with its own cadence, measured from cycle start (sleep =
+max(0, interval - elapsed)):
+
+* :class:`RetentionJob` (``RETENTION_INTERVAL``): gated by the **session**
+  advisory lock 737001, taken with ``pg_try_advisory_lock`` on one dedicated
+  pooled connection; every step is an autocommitting statement on that
+  connection; the lock is released on every exit path, and a connection whose
+  unlock failed is terminated, never handed back to the pool.
+* :class:`StatsJob` (``STATS_INTERVAL_MS``): gated by the **transaction**
+  advisory lock 737002; one transaction per cycle, the COMMIT releases it.
+  Refreshes ``queen.stats`` incrementally (what is recounted, and why that is
+  exact: broker/store/jobs_sql.py).
+* :class:`MetricsCollector` (``METRICS_FLUSH_MS``): not gated; this replica's
+  own ``system_metrics`` and ``worker_metrics`` rows.
+
+A replica that cannot take a lock skips the cycle and tries again next time:
+there is no leader, only whoever holds the lock right now. The two locks are
+distinct, so retention and stats never wait for each other.
+
+Each cycle goes through the actor's inbox (``run_once``), so a cycle never
+interleaves with ``stats()`` or a forced run, and ``stop()`` (processed like any
+message) always finds the actor between cycles: a stop never cuts a retention
+cycle short with the lock held. If the actor task itself is cancelled mid-cycle
+(loop shutdown) the cycle's ``finally`` still unlocks, or terminates the
+connection. A failing cycle logs a warning (identical failures at most once per
+``WARN_EVERY_S``) and the loop goes on; nothing here ever kills the actor.
+
+All SQL lives in broker/store/jobs_sql.py. This module never imports Sanic.
+"""
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import os
+import socket
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import psutil
+from loguru import logger
+from pykka import ActorDeadError
+
+from actors.runtime import AsyncioActor
+from broker.store import jobs_sql as sql
+
+WARN_EVERY_S = 30.0
+"""A failure identical to the previous one is logged as a warning at most this often."""
+
+UNLOCK_TIMEOUT_S = 5.0
+"""Longest wait for ``pg_advisory_unlock``; past it the connection is terminated."""
+
+STATS_FULL_RECOUNT_EVERY = 360
+"""A stats replica recounts every partition once per this many of its cycles (a
+safety net: the incremental refresh is exact by construction)."""
+
+LAG_SAMPLE_S = 0.25
+"""Event-loop lag sampling period of the metrics collector."""
+
+STOP_FLUSH_TIMEOUT_S = 2.0
+"""Longest wait for the collector's last flush when it stops."""
 
 
-async def start_jobs(*, store: Any, settings: Any, telemetry: Any, gauges: Any) -> dict:
-    """Start the job actors; returns them by name (stopped by runtime.stop_all)."""
-    return {}
+class _LockBusy(Exception):
+    """The stats lock is held by another session: roll back and skip."""
+
+
+class PeriodicJob(AsyncioActor):
+    """Runs ``_cycle()`` every ``interval_ms`` through the inbox; counts and logs.
+
+    Subclasses implement ``_cycle(**options) -> dict`` (``{"skipped": bool, ...}``;
+    raising means the cycle failed) and ``_describe(result) -> str``.
+    """
+
+    job_name = "job"
+
+    def __init__(self, interval_ms: int, first_delay_s: float | None = None) -> None:
+        super().__init__()
+        self._interval = interval_ms / 1000
+        self._first_delay = self._interval if first_delay_s is None else first_delay_s
+        self._task: asyncio.Task | None = None
+        self._proxy: Any = None
+        self.cycles = 0            # run_once calls (periodic and forced)
+        self.ran = 0               # cycles that did the work
+        self.skipped = 0           # cycles that found the lock taken
+        self.failures = 0          # cycles that raised
+        self.last_error: str | None = None
+        self.last_result: dict | None = None
+        self.last_started_at: float | None = None
+        self.last_duration_ms: float | None = None
+        self._last_warning: tuple[str, float] | None = None
+        self._suppressed = 0
+
+    # -- lifecycle -----------------------------------------------------------
+    def on_start(self) -> None:
+        self._proxy = self.actor_ref.proxy()
+        self._task = asyncio.get_running_loop().create_task(self._loop(),
+                                                            name=f"job-{self.job_name}")
+
+    async def on_stop(self) -> None:
+        await self._cancel(self._task)
+
+    @staticmethod
+    async def _cancel(task: asyncio.Task | None) -> None:
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(self._first_delay)
+        while True:
+            started = loop.time()
+            try:
+                await self._proxy.run_once()
+            except ActorDeadError:
+                return
+            except Exception:  # run_once swallows cycle errors; this guards its own bugs
+                logger.opt(exception=True).warning("{}: cycle crashed", self.job_name)
+            await asyncio.sleep(max(0.0, self._interval - (loop.time() - started)))
+
+    # -- the cycle -----------------------------------------------------------
+    async def run_once(self, **options: Any) -> dict:
+        """One cycle now; never raises for a failing cycle (see ``"error"``)."""
+        self.cycles += 1
+        self.last_started_at = time.time()
+        started = time.perf_counter()
+        try:
+            result = await self._cycle(**options)
+        except Exception as exc:
+            self.failures += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            result = {"skipped": False, "error": self.last_error}
+            self._warn(self.last_error)
+        else:
+            if result.get("skipped"):
+                self.skipped += 1
+            else:
+                self.ran += 1
+                if self._last_warning is not None:
+                    logger.info("{}: cycles succeed again", self.job_name)
+                    self._last_warning, self._suppressed = None, 0
+        result["durationMs"] = round((time.perf_counter() - started) * 1000, 3)
+        self.last_duration_ms = result["durationMs"]
+        self.last_result = result
+        if "error" not in result:
+            logger.debug("{}: {} ({:.1f} ms)", self.job_name,
+                         "skipped: lock held elsewhere" if result.get("skipped")
+                         else self._describe(result), result["durationMs"])
+        return result
+
+    def _warn(self, message: str) -> None:
+        now = time.monotonic()
+        last = self._last_warning
+        if last is not None and last[0] == message and now - last[1] < WARN_EVERY_S:
+            self._suppressed += 1
+            logger.debug("{}: cycle failed: {}", self.job_name, message)
+            return
+        extra = f" ({self._suppressed} identical failure(s) not logged)" if self._suppressed else ""
+        logger.warning("{}: cycle failed: {}{}", self.job_name, message, extra)
+        self._last_warning, self._suppressed = (message, now), 0
+
+    async def _cycle(self, **options: Any) -> dict:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _describe(self, result: dict) -> str:
+        return "done"
+
+    def stats(self) -> dict:
+        return {"job": self.job_name, "intervalMs": round(self._interval * 1000),
+                "cycles": self.cycles, "ran": self.ran, "skipped": self.skipped,
+                "failures": self.failures, "lastError": self.last_error,
+                "lastStartedAt": self.last_started_at, "lastDurationMs": self.last_duration_ms,
+                "lastResult": self.last_result}
+
+
+# ---------------------------------------------------------------------------
+# Retention (lock 737001)
+# ---------------------------------------------------------------------------
+
+_FREE, _HELD, _UNKNOWN = "free", "held", "unknown"
+
+_MESSAGE_STEPS = (
+    ("retention", sql.RETENTION_DELETE_EXPIRED),
+    ("completed_retention", sql.RETENTION_DELETE_COMPLETED),
+    ("max_wait_time_eviction", sql.RETENTION_EVICT_MAX_WAIT),
+)
+
+
+class RetentionJob(PeriodicJob):
+    """The retention and eviction sweep (behaviour.md §7.1)."""
+
+    job_name = "retention"
+
+    def __init__(self, store: Any, *, interval_ms: int, batch_size: int,
+                 partition_cleanup_days: int, metrics_retention_days: int,
+                 acquire_timeout_s: float = 5.0, first_delay_s: float | None = None) -> None:
+        super().__init__(interval_ms, first_delay_s)
+        self._store = store
+        self._batch = batch_size
+        self._cleanup_days = partition_cleanup_days
+        self._metrics_days = metrics_retention_days
+        self._acquire_timeout = acquire_timeout_s
+        self.deleted: Counter = Counter()        # by retention type, since start
+        self.partitions_dropped = 0
+        self.purged: Counter = Counter()         # by table, since start
+        self.unlock_not_held = 0                 # unlock answered false
+        self.connections_discarded = 0           # unlock failed: connection terminated
+
+    async def _cycle(self, **_options: Any) -> dict:
+        pool = self._store.pool
+        conn = await pool.acquire(timeout=self._acquire_timeout)
+        state = _UNKNOWN
+        try:
+            got = await conn.fetchval(sql.TRY_SESSION_LOCK, sql.RETENTION_LOCK_ID)
+            state = _HELD if got else _FREE
+            if not got:
+                return {"skipped": True}
+            return await self._sweep(conn)
+        finally:
+            await self._give_back(conn, state)
+
+    async def _sweep(self, conn: Any) -> dict:
+        deleted: dict[str, int] = {}
+        for kind, statement in _MESSAGE_STEPS:
+            per_partition: Counter = Counter()
+            while True:
+                rows = await conn.fetch(statement, self._batch)
+                n = 0
+                for r in rows:
+                    per_partition[r["partition_id"]] += r["deleted"]
+                    n += r["deleted"]
+                if n < self._batch:
+                    break
+            if per_partition:
+                ids = list(per_partition)
+                await conn.execute(sql.RETENTION_HISTORY_INSERT, ids,
+                                   [per_partition[i] for i in ids], kind)
+            deleted[kind] = sum(per_partition.values())
+            self.deleted[kind] += deleted[kind]
+        dropped = await conn.fetchval(sql.RETENTION_DELETE_INACTIVE_PARTITIONS,
+                                      self._cleanup_days, sql.INACTIVE_PARTITIONS_PER_CYCLE)
+        self.partitions_dropped += dropped
+        purged: dict[str, int] = {}
+        for table, statement in sql.METRICS_PURGES:
+            total = 0
+            while True:
+                status = await conn.execute(statement, self._metrics_days, self._batch)
+                n = int(status.split()[-1])
+                total += n
+                if n < self._batch:
+                    break
+            purged[table] = total
+            self.purged[table] += total
+        return {"skipped": False, "deleted": deleted, "partitionsDropped": dropped,
+                "purged": purged}
+
+    async def _give_back(self, conn: Any, state: str) -> None:
+        """Unlock (when held) and return the connection; a connection that may
+        still hold the lock is terminated instead (session end releases it)."""
+        if state == _HELD:
+            try:
+                released = await asyncio.wait_for(
+                    conn.fetchval(sql.SESSION_UNLOCK, sql.RETENTION_LOCK_ID), UNLOCK_TIMEOUT_S)
+            except BaseException as exc:  # noqa: BLE001 - cancellation included
+                self.connections_discarded += 1
+                logger.warning("retention: pg_advisory_unlock({}) failed ({}: {}); "
+                               "terminating the connection", sql.RETENTION_LOCK_ID,
+                               type(exc).__name__, exc)
+                await self._discard(conn)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                return
+            if not released:
+                self.unlock_not_held += 1
+                logger.warning("retention: pg_advisory_unlock({}) reported the lock was not "
+                               "held by this session", sql.RETENTION_LOCK_ID)
+        elif state == _UNKNOWN:
+            # pg_try_advisory_lock did not answer: it may have been granted
+            await self._discard(conn)
+            return
+        try:
+            await self._store.pool.release(conn)
+        except Exception as exc:  # noqa: BLE001
+            logger.warning("retention: could not return the connection ({}); terminating it", exc)
+            await self._discard(conn)
+
+    @staticmethod
+    async def _discard(conn: Any) -> None:
+        """Close the session (PostgreSQL releases its session locks with it).
+        asyncpg hands the pool slot back by itself; the connection is never
+        released to the pool."""
+        try:
+            conn.terminate()
+        except Exception:  # noqa: BLE001, S110 - already gone
+            pass
+
+    def _describe(self, result: dict) -> str:
+        d = result["deleted"]
+        return (f"deleted retention={d['retention']} completed={d['completed_retention']} "
+                f"max_wait={d['max_wait_time_eviction']}, partitions dropped="
+                f"{result['partitionsDropped']}, metrics purged={sum(result['purged'].values())}")
+
+    def stats(self) -> dict:
+        return {**super().stats(), "lockId": sql.RETENTION_LOCK_ID,
+                "deleted": dict(self.deleted), "partitionsDropped": self.partitions_dropped,
+                "purged": dict(self.purged), "unlockNotHeld": self.unlock_not_held,
+                "connectionsDiscarded": self.connections_discarded}
+
+
+# ---------------------------------------------------------------------------
+# Stats (lock 737002)
+# ---------------------------------------------------------------------------
+
+class StatsJob(PeriodicJob):
+    """The statistics reconciler (behaviour.md §7.2)."""
+
+    job_name = "stats"
+
+    def __init__(self, store: Any, *, interval_ms: int,
+                 full_every: int = STATS_FULL_RECOUNT_EVERY,
+                 first_delay_s: float | None = None) -> None:
+        super().__init__(interval_ms, first_delay_s)
+        self._store = store
+        self._full_every = full_every
+        self._since_full = 0
+        self.partitions_recounted = 0
+        self.full_cycles = 0
+
+    async def _cycle(self, full: bool = False, **_options: Any) -> dict:
+        full = bool(full) or self._since_full + 1 >= self._full_every
+        try:
+            async with self._store.connection() as conn:
+                async with conn.transaction():
+                    if not await conn.fetchval(sql.TRY_XACT_LOCK, sql.STATS_LOCK_ID):
+                        raise _LockBusy
+                    parts = await conn.fetchrow(sql.STATS_REFRESH_PARTITIONS, full)
+                    await conn.execute(sql.STATS_REFRESH_PARTITION_LAG)
+                    orphans = await conn.execute(sql.STATS_DELETE_ORPHAN_PARTITIONS)
+                    queues = await conn.fetchrow(sql.STATS_ROLLUP_QUEUES)
+                    namespaces = await conn.fetchrow(sql.STATS_ROLLUP_NAMESPACES)
+                    tasks = await conn.fetchrow(sql.STATS_ROLLUP_TASKS)
+                    await conn.fetchval(sql.STATS_ROLLUP_SYSTEM)
+        except _LockBusy:
+            return {"skipped": True}
+        self._since_full = 0 if full else self._since_full + 1
+        self.full_cycles += int(full)
+        self.partitions_recounted += parts["recounted"]
+        return {"skipped": False, "full": full, "recounted": parts["recounted"],
+                "dirtyMarks": parts["dirty_marks"],
+                "orphansRemoved": int(orphans.split()[-1]) + queues["removed"]
+                + namespaces["removed"] + tasks["removed"],
+                "rowsWritten": queues["written"] + namespaces["written"] + tasks["written"]}
+
+    def _describe(self, result: dict) -> str:
+        return (f"{'full' if result['full'] else 'incremental'} refresh, "
+                f"{result['recounted']} partition(s) recounted, "
+                f"{result['orphansRemoved']} orphan row(s) removed")
+
+    def stats(self) -> dict:
+        return {**super().stats(), "lockId": sql.STATS_LOCK_ID,
+                "partitionsRecounted": self.partitions_recounted,
+                "fullCycles": self.full_cycles}
+
+
+# ---------------------------------------------------------------------------
+# Metrics (ungated)
+# ---------------------------------------------------------------------------
+
+def flatten_counters(snapshot: dict) -> dict[str, float]:
+    """Telemetry snapshot -> flat ``{name: number}`` of monotonically growing counters."""
+    requests, errors, messages = (snapshot.get(k) or {} for k in ("requests", "errors", "messages"))
+    out: dict[str, float] = {
+        "requests_total": sum(requests.values()),
+        "errors_total": sum(errors.values()),
+        "request_seconds_total": snapshot.get("request_seconds_total", 0.0),
+    }
+    out.update({f"requests.{k}": v for k, v in requests.items()})
+    out.update({f"errors.{k}": v for k, v in errors.items()})
+    out.update({f"messages.{k}": v for k, v in messages.items()})
+    return out
+
+
+def counter_deltas(current: dict[str, float], previous: dict[str, float]) -> dict[str, float]:
+    """What grew since ``previous`` (floats rounded to microseconds)."""
+    out = {}
+    for key, value in current.items():
+        delta = value - previous.get(key, 0)
+        if delta:
+            out[key] = round(delta, 6) if isinstance(delta, float) else delta
+    return out
+
+
+class MetricsCollector(PeriodicJob):
+    """Writes this replica's system_metrics and worker_metrics rows (behaviour.md §7.3)."""
+
+    job_name = "metrics"
+
+    def __init__(self, store: Any, *, interval_ms: int, telemetry: Any,
+                 gauges: Callable[[], dict], port: int, worker_id: str, server_id: str,
+                 hostname: str | None = None, first_delay_s: float | None = None) -> None:
+        super().__init__(interval_ms, first_delay_s)
+        self._store = store
+        self._telemetry = telemetry
+        self._gauges = gauges
+        self._port = port
+        self._worker_id = worker_id
+        self._server_id = server_id
+        self._hostname = hostname or socket.gethostname()
+        self._pid = os.getpid()
+        self._process = psutil.Process(self._pid)
+        self._flushed: dict[str, float] = {}   # counters as of the last successful flush
+        self._bucket: datetime | None = None
+        self._samples = 0                      # flushes in the current minute
+        self._lag_task: asyncio.Task | None = None
+        self._lag_last_ms = 0.0
+        self._lag_max_ms = 0.0
+        self.flushes = 0
+
+    def on_start(self) -> None:
+        super().on_start()
+        self._process.cpu_percent(None)  # the first call only primes the measurement
+        self._lag_task = asyncio.get_running_loop().create_task(self._sample_lag(),
+                                                                name="job-metrics-lag")
+
+    async def on_stop(self) -> None:
+        await self._cancel(self._lag_task)
+        await super().on_stop()
+        try:  # the counters since the last flush, best effort
+            await asyncio.wait_for(self._cycle(), STOP_FLUSH_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001
+            logger.debug("metrics: last flush at stop failed: {}", exc)
+
+    async def _sample_lag(self) -> None:
+        # Plain numbers written on the actor's own loop; read by _cycle.
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(LAG_SAMPLE_S)
+            lag = max(0.0, loop.time() - before - LAG_SAMPLE_S) * 1000
+            self._lag_last_ms = lag
+            self._lag_max_ms = max(self._lag_max_ms, lag)
+
+    def _read_gauges(self) -> dict:
+        try:
+            return dict(self._gauges() or {})
+        except Exception as exc:  # noqa: BLE001
+            logger.debug("metrics: gauges unavailable: {}", exc)
+            return {}
+
+    async def _cycle(self, **_options: Any) -> dict:
+        now = datetime.now(timezone.utc)
+        bucket = now.replace(second=0, microsecond=0)
+        samples = self._samples + 1 if bucket == self._bucket else 1
+        g = self._read_gauges()
+        size, idle = g.get("db_pool_size"), g.get("db_pool_idle")
+        active = size - idle if isinstance(size, int) and isinstance(idle, int) else None
+        mem = self._process.memory_info()
+        lag_last, lag_max = round(self._lag_last_ms, 3), round(self._lag_max_ms, 3)
+        current = flatten_counters(self._telemetry.snapshot())
+        counters = counter_deltas(current, self._flushed)
+        metrics = {
+            "cpu_percent": self._process.cpu_percent(None),
+            "memory_rss_bytes": mem.rss, "memory_vms_bytes": mem.vms,
+            "db_pool_size": size, "db_pool_idle": idle, "db_pool_active": active,
+            "db_pool_max": g.get("db_pool_max"),
+            "uptime_seconds": round(time.time() - self._telemetry.started_at, 3),
+            "event_loop_lag_ms": lag_last, "event_loop_lag_max_ms": lag_max,
+            "mesh": g.get("mesh"),
+            "maintenance_mode": g.get("maintenance_mode"),
+            "pop_maintenance_mode": g.get("pop_maintenance_mode"),
+            "pid": self._pid, "server_id": self._server_id,
+        }
+        gauges = {"event_loop_lag_ms": lag_last, "event_loop_lag_max_ms": lag_max,
+                  "db_pool_size": size, "db_pool_idle": idle, "db_pool_active": active,
+                  "maintenance_mode": g.get("maintenance_mode"),
+                  "pop_maintenance_mode": g.get("pop_maintenance_mode")}
+        async with self._store.connection() as conn:
+            async with conn.transaction():  # both rows or neither: deltas never double-count
+                await conn.execute(sql.UPSERT_SYSTEM_METRICS, bucket, self._hostname,
+                                   self._port, self._worker_id, samples, metrics)
+                await conn.execute(sql.UPSERT_WORKER_METRICS, bucket, self._hostname,
+                                   self._worker_id, self._pid, counters, gauges)
+        # Only now: a failed flush carries its deltas over to the next one.
+        self._bucket, self._samples = bucket, samples
+        self._flushed = current
+        self._lag_max_ms = 0.0
+        self.flushes += 1
+        return {"skipped": False, "bucket": bucket.isoformat(), "counters": len(counters)}
+
+    def _describe(self, result: dict) -> str:
+        return f"flushed bucket {result['bucket']} ({result['counters']} counter(s) grew)"
+
+    def stats(self) -> dict:
+        return {**super().stats(), "hostname": self._hostname, "port": self._port,
+                "workerId": self._worker_id, "pid": self._pid, "flushes": self.flushes,
+                "eventLoopLagMs": round(self._lag_last_ms, 3)}
+
+
+async def start_jobs(*, store: Any, settings: Any, telemetry: Any,
+                     gauges: Callable[[], dict]) -> dict:
+    """Start the three job actors; returns their proxies by name. They are
+    stopped by ``runtime.stop_all()`` at shutdown."""
+    acquire_timeout = max(settings.db_connection_timeout / 1000, 1.0)
+    retention = RetentionJob.start(
+        store, interval_ms=settings.retention_interval,
+        batch_size=settings.retention_batch_size,
+        partition_cleanup_days=settings.partition_cleanup_days,
+        metrics_retention_days=settings.metrics_retention_days,
+        acquire_timeout_s=acquire_timeout)
+    stats = StatsJob.start(store, interval_ms=settings.stats_interval_ms)
+    metrics = MetricsCollector.start(
+        store, interval_ms=settings.metrics_flush_ms, telemetry=telemetry, gauges=gauges,
+        port=settings.port, worker_id=settings.worker_id, server_id=settings.queen_server_id)
+    logger.info("jobs: retention every {} ms (lock {}), stats every {} ms (lock {}), "
+                "metrics every {} ms", settings.retention_interval, sql.RETENTION_LOCK_ID,
+                settings.stats_interval_ms, sql.STATS_LOCK_ID, settings.metrics_flush_ms)
+    return {"retention": retention.proxy(), "stats": stats.proxy(), "metrics": metrics.proxy()}

@@ -78,7 +78,7 @@ CREATE TABLE IF NOT EXISTS queen.log_consumers (
     total_batches_consumed  bigint NOT NULL DEFAULT 0,
     last_consumed_at        timestamptz,
     created_at              timestamptz NOT NULL DEFAULT now(),
-    -- last change of cursor or lease: the stats reconciler recounts only what moved
+    -- last change of cursor or lease (informational; shown to operators)
     updated_at              timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (partition_id, consumer_group)
 );

@@ -89,3 +89,61 @@ CREATE TABLE IF NOT EXISTS queen.message_trace_names (
     PRIMARY KEY (trace_id, trace_name)
 );
 CREATE INDEX IF NOT EXISTS message_trace_names_name_idx ON queen.message_trace_names (trace_name);
+
+-- ---------------------------------------------------------------------------
+-- Additions for the background jobs (actors/leader_jobs.py, store/jobs_sql.py).
+-- ---------------------------------------------------------------------------
+
+-- What a partition row of queen.stats was counted against, so the stats
+-- reconciler recounts a partition only when one of these moved:
+--   scanned_last_seq  partitions.last_seq at the count (every push moves it)
+--   consumer_sig      sum of a 64-bit hash of (group, cursor_seq, lease_last_seq
+--                     of a live lease) over the partition's cursor rows (acks,
+--                     nacks, dead-lettering, new groups, leases taken, released
+--                     or expired all change it)
+-- Both are NULL on queue/namespace/task/system rows.
+ALTER TABLE queen.stats ADD COLUMN IF NOT EXISTS scanned_last_seq bigint;
+ALTER TABLE queen.stats ADD COLUMN IF NOT EXISTS consumer_sig numeric;
+
+-- Partitions that lost message or dead-letter rows since the stats reconciler
+-- last looked (retention, eviction, queue deletion, any manual DELETE). Filled
+-- by the statement triggers below in the deleting transaction itself, so a
+-- deletion can never be committed without its mark; consumed (deleted) by the
+-- reconciler in the transaction that recounts those partitions. No foreign
+-- key: a mark may outlive its partition (the reconciler then drops the row).
+CREATE TABLE IF NOT EXISTS queen.stats_dirty (
+    partition_id uuid PRIMARY KEY,
+    marked_at    timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE OR REPLACE FUNCTION queen.mark_stats_dirty() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO queen.stats_dirty (partition_id)
+    SELECT DISTINCT g.partition_id FROM gone g
+    ON CONFLICT (partition_id) DO NOTHING;
+    RETURN NULL;
+END;
+$$;
+
+-- Created once (not replaced at every boot: CREATE TRIGGER locks the table).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                   WHERE tgname = 'messages_mark_stats_dirty'
+                     AND tgrelid = 'queen.messages'::regclass) THEN
+        CREATE TRIGGER messages_mark_stats_dirty
+            AFTER DELETE ON queen.messages
+            REFERENCING OLD TABLE AS gone
+            FOR EACH STATEMENT EXECUTE FUNCTION queen.mark_stats_dirty();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                   WHERE tgname = 'dlq_mark_stats_dirty'
+                     AND tgrelid = 'queen.dead_letter_queue'::regclass) THEN
+        CREATE TRIGGER dlq_mark_stats_dirty
+            AFTER DELETE ON queen.dead_letter_queue
+            REFERENCING OLD TABLE AS gone
+            FOR EACH STATEMENT EXECUTE FUNCTION queen.mark_stats_dirty();
+    END IF;
+END;
+$$;

@@ -1,5 +1,9 @@
 """Operator routes: resources, consumer groups, messages, traces, status,
-analytics and metrics (api.md §10–§15). Each module adds its blueprint here."""
+analytics, statistics jobs and metrics (api.md §10–§15)."""
 from __future__ import annotations
 
-blueprints: list = []
+from broker.routes.ops import (consumer_groups, message_admin, metrics, resources, stats, status,
+                               traces)
+
+blueprints: list = [stats.bp, resources.bp, consumer_groups.bp, message_admin.bp, traces.bp,
+                    status.bp, metrics.bp]
