@@ -19,7 +19,6 @@ import signal
 import subprocess
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import warnings

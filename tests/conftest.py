@@ -166,3 +166,28 @@ async def fresh_database(database):
     finally:
         await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
         await admin.close()
+
+
+def db_fetch(database: Database, sql: str, *params):
+    """Run one query on the test database from a synchronous test (own event loop)."""
+    import asyncio
+
+    import asyncpg
+
+    async def run():
+        conn = await asyncpg.connect(database.dsn)
+        try:
+            return await conn.fetch(sql, *params)
+        finally:
+            await conn.close()
+
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(run())
+    finally:
+        loop.close()
+
+
+def db_val(database: Database, sql: str, *params):
+    rows = db_fetch(database, sql, *params)
+    return rows[0][0] if rows else None

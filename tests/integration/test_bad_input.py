@@ -6,32 +6,16 @@ no message, no cursor/lease change). Each test's docstring names the invariant i
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import uuid
 
-import asyncpg
 import httpx
 import pytest
+from tests.conftest import db_fetch
 
 
 # -- helpers ----------------------------------------------------------------
-
-def db_fetch(database, sql: str, *params):
-    async def run():
-        conn = await asyncpg.connect(database.dsn)
-        try:
-            return await conn.fetch(sql, *params)
-        finally:
-            await conn.close()
-
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(run())
-    finally:
-        loop.close()
-
 
 def assert_error(r: httpx.Response, status: int | tuple[int, ...] = 400) -> str:
     """A clear caller error: expected 4xx, JSON object with a string `error`, never 5xx."""

@@ -10,38 +10,17 @@ the stats table is empty (``statsAge`` null), when they are computed live.
 """
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import uuid
 from urllib.parse import quote
 
-import asyncpg
 from prometheus_client.parser import text_string_to_metric_families
+from tests.conftest import db_fetch, db_val
 
 QUEUE_MODE = "__QUEUE_MODE__"
 
 
 # -- helpers ----------------------------------------------------------------
-
-def db_fetch(database, sql: str, *params):
-    async def run():
-        conn = await asyncpg.connect(database.dsn)
-        try:
-            return await conn.fetch(sql, *params)
-        finally:
-            await conn.close()
-
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(run())
-    finally:
-        loop.close()
-
-
-def db_val(database, sql: str, *params):
-    rows = db_fetch(database, sql, *params)
-    return rows[0][0] if rows else None
-
 
 def push(http, queue, *payloads, partition="Default"):
     r = http.post("/api/v1/push", json={"items": [

@@ -4,28 +4,12 @@ Real broker, real PostgreSQL; each test's docstring names the invariant it check
 """
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 import uuid
 
-import asyncpg
 import httpx
-
-
-def db_fetch(database, sql: str, *params):
-    async def run():
-        conn = await asyncpg.connect(database.dsn)
-        try:
-            return await conn.fetch(sql, *params)
-        finally:
-            await conn.close()
-
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(run())
-    finally:
-        loop.close()
+from tests.conftest import db_fetch
 
 
 def push(http, queue, *payloads, partition=None):

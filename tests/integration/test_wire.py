@@ -6,14 +6,13 @@ Each test's docstring names the invariant it checks.
 """
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import re
 import time
 import uuid
 
-import asyncpg
 import pytest
+from tests.conftest import db_fetch, db_val
 
 QUEUE_MODE = "__QUEUE_MODE__"
 MICRO_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
@@ -21,27 +20,6 @@ MILLI_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 
 
 # -- helpers ----------------------------------------------------------------
-
-def db_fetch(database, sql: str, *params):
-    """Run one query on the test database (own event loop; tests here are sync)."""
-    async def run():
-        conn = await asyncpg.connect(database.dsn)
-        try:
-            return await conn.fetch(sql, *params)
-        finally:
-            await conn.close()
-
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(run())
-    finally:
-        loop.close()
-
-
-def db_val(database, sql: str, *params):
-    rows = db_fetch(database, sql, *params)
-    return rows[0][0] if rows else None
-
 
 def push(http, queue, *payloads, partition=None, txids=None):
     items = []
