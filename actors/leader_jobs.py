@@ -475,6 +475,7 @@ class MetricsCollector(PeriodicJob):
         }
         gauges = {"event_loop_lag_ms": lag_last, "event_loop_lag_max_ms": lag_max,
                   "db_pool_size": size, "db_pool_idle": idle, "db_pool_active": active,
+                  "long_polls_in_flight": g.get("long_polls_in_flight"),
                   "maintenance_mode": g.get("maintenance_mode"),
                   "pop_maintenance_mode": g.get("pop_maintenance_mode")}
         async with self._store.connection() as conn:

@@ -16,12 +16,28 @@ actor (actors/leader_jobs.py) and times:
   4. a forced full recount (warm cache),
 
 checking every partition, queue, namespace, task and system row against
-count(*) reference queries after each cycle. Exit status 1 when a count is off.
+count(*) reference queries after each cycle.
+
+Then (unless --no-brokers) two broker processes (STATS_INTERVAL_MS=1000, meshed)
+on that database: their stats jobs run periodically (cycles ran / skipped and
+their durations read from GET /api/v1/system/jobs; a ran cycle must stay under
+1 s, and no two ran cycles may overlap), and the operator routes are checked
+against count(*) SQL and timed on both brokers: /api/v1/status,
+/status/queues, /status/queues/{q}, /resources/overview, /consumer-groups,
+/consumer-groups/{g}, /consumer-groups/lagging, /dlq, /resources/queues/{q}/depth
+and /metrics/prometheus (parsed with prometheus_client's parser), on the bulk
+data and again after pushes, pops and acks made through HTTP and the next stats
+cycle (benchmarks/_stats_brokers.py). Routes slower than 2 s are listed as
+findings.
+
+Exit status 1 when a count is off, a route answers wrong or not 200, a stats
+cycle fails or takes 1 s or more.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 import time
 import uuid
@@ -35,6 +51,7 @@ import asyncpg  # noqa: E402
 from loguru import logger  # noqa: E402
 
 from _harness import start_database  # noqa: E402
+from _stats_brokers import run_brokers_phase  # noqa: E402
 from actors.leader_jobs import StatsJob  # noqa: E402
 from actors.runtime import stop_all  # noqa: E402
 from broker.store.db import AckRow, PushRow, Store  # noqa: E402
@@ -136,10 +153,24 @@ async def load(conn: asyncpg.Connection, messages: int, partitions: int) -> floa
             lease_last_seq = least(l.cursor_seq + 100, $1), batch_size = 100
         WHERE l.consumer_group IN ('__QUEUE_MODE__', 'g1')
           AND abs(hashtext(l.partition_id::text || l.consumer_group)) % 3 = 0""", per)
+    # what the ack path would have written with those cursors: consumption counters and
+    # the id/time of the message at the cursor
     await conn.execute("""
-        INSERT INTO queen.dead_letter_queue (message_id, partition_id, consumer_group, error_message)
-        SELECT m.id, m.partition_id, 'g1', 'bench'
-        FROM queen.messages m WHERE m.seq % 1000 = 7""")
+        UPDATE queen.log_consumers l
+        SET total_messages_consumed = l.cursor_seq, total_batches_consumed = l.cursor_seq / 100,
+            last_consumed_id = m.id, last_consumed_created_at = m.created_at,
+            last_consumed_at = now() - interval '90 minutes'
+        FROM queen.messages m
+        WHERE m.partition_id = l.partition_id AND m.seq = l.cursor_seq""")
+    # dead letters of g1, only at positions g1 has already passed (an ack with status dlq
+    # moves the cursor over the message): about 5 per partition
+    await conn.execute("""
+        INSERT INTO queen.dead_letter_queue
+            (message_id, partition_id, consumer_group, error_message, original_created_at)
+        SELECT m.id, m.partition_id, 'g1', 'bench', m.created_at
+        FROM queen.messages m
+        JOIN queen.log_consumers l ON l.partition_id = m.partition_id AND l.consumer_group = 'g1'
+        WHERE m.seq % 1000 = 7 AND m.seq <= l.cursor_seq""")
     await conn.execute("VACUUM ANALYZE queen.messages")
     await conn.execute("VACUUM ANALYZE queen.log_consumers")
     await conn.execute("VACUUM ANALYZE queen.partitions")
@@ -181,6 +212,12 @@ async def main() -> int:
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=100)
     ap.add_argument("--incremental-rounds", type=int, default=3)
+    ap.add_argument("--no-brokers", dest="brokers", action="store_false",
+                    help="skip the two-broker phase (route checks)")
+    ap.add_argument("--settle-seconds", type=float, default=6.0,
+                    help="periodic stats cycles to let run before the first route round")
+    ap.add_argument("--traffic-seconds", type=float, default=8.0,
+                    help="upper bound of the HTTP push/pop/ack traffic")
     args = ap.parse_args()
     logger.remove()
     logger.add(sys.stderr, level="INFO")
@@ -191,6 +228,7 @@ async def main() -> int:
     await admin.execute(f'CREATE DATABASE "{name}"')
     dsn = db.dsn.rsplit("/", 1)[0] + "/" + name
     failed = False
+    brokers_ok = True
     results: list[tuple[str, float, str]] = []
     try:
         conn = await asyncpg.connect(dsn)
@@ -231,6 +269,11 @@ async def main() -> int:
         await cycle("forced full recount (warm)", full=True)
         await stop_all()
         await store.close()
+        if args.brokers:
+            # the brokers connect to the scratch database through PG_DB
+            brokers_ok = await run_brokers_phase(
+                dataclasses.replace(db, db=name), conn, verify,
+                settle_seconds=args.settle_seconds, traffic_seconds=args.traffic_seconds)
         await conn.close()
     finally:
         await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
@@ -241,7 +284,10 @@ async def main() -> int:
     for label, ms, _ in results:
         print(f"  {label:<34}{ms:>9.1f}")
     print("counts exact vs count(*):", "NO" if failed else "yes")
-    return 1 if failed else 0
+    if args.brokers:
+        print("two brokers: stats exact, cycles < 1 s, routes match count(*):",
+              "yes" if brokers_ok else "NO")
+    return 1 if failed or not brokers_ok else 0
 
 
 if __name__ == "__main__":

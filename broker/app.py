@@ -199,4 +199,5 @@ def gauges(app: Sanic) -> dict:
         "mesh": mesh.stats() if mesh is not None else None,
         "maintenance_mode": app.ctx.flags.push,
         "pop_maintenance_mode": app.ctx.flags.pop,
+        "long_polls_in_flight": telemetry.long_polls_in_flight,
     }

@@ -21,6 +21,8 @@ class Telemetry:
     # latency samples are recorded by the HTTP layer into prometheus histograms; this
     # keeps only the running totals the collector writes per minute
     request_seconds_total: float = 0.0
+    # waiting pops (wait=true) being served right now: parked, or mid re-check
+    long_polls_in_flight: int = 0
 
     def observe(self, route: str, seconds: float) -> None:
         self.request_seconds_total += seconds

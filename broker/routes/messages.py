@@ -179,12 +179,16 @@ async def _pop(request: Request, queue: str | None, partition: str | None):
 
     if req.wait:
         deadline = time.monotonic() + req.timeout_ms / 1000
-        result = await long_poll(
-            app.ctx.waiters, req.queue, attempt, deadline,
-            initial_ms=settings.pop_wait_initial_interval_ms,
-            threshold=settings.pop_wait_backoff_threshold,
-            multiplier=settings.pop_wait_backoff_multiplier,
-            max_ms=settings.pop_wait_max_interval_ms)
+        telemetry.long_polls_in_flight += 1
+        try:
+            result = await long_poll(
+                app.ctx.waiters, req.queue, attempt, deadline,
+                initial_ms=settings.pop_wait_initial_interval_ms,
+                threshold=settings.pop_wait_backoff_threshold,
+                multiplier=settings.pop_wait_backoff_multiplier,
+                max_ms=settings.pop_wait_max_interval_ms)
+        finally:
+            telemetry.long_polls_in_flight -= 1
         if result:
             return json(result)
         if last_kind[0] == "paused":
