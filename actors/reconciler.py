@@ -30,6 +30,10 @@ class QueueConfigCache:
     def __init__(self, load: Callable[[list[str]], Awaitable[dict[str, bool]]]):
         self._load = load
         self._flags: dict[str, bool] = {}
+        # Subscriptions this broker already stored (they never change once stored),
+        # so a consumer sending subscriptionMode on every pop costs one insert, not one
+        # per pop. Cleared with the rest: a group deleted elsewhere is re-stored.
+        self.subscriptions_stored: set[tuple] = set()
         self.hits = 0
         self.misses = 0
 
@@ -50,6 +54,7 @@ class QueueConfigCache:
 
     def clear(self) -> None:
         self._flags.clear()
+        self.subscriptions_stored.clear()
 
     def stats(self) -> dict[str, Any]:
         total = self.hits + self.misses

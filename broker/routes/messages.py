@@ -147,10 +147,15 @@ async def _pop(request: Request, queue: str | None, partition: str | None):
                     default_subscription_mode=settings.default_subscription_mode)
     store = app.ctx.store
     if req.subscription_mode is not None:
-        await store.ensure_subscription(
-            group=req.group, queue=req.queue or "", partition=req.partition or "",
-            namespace=req.namespace or "", task=req.task or "",
-            mode=req.subscription_mode, start=req.subscription_from)
+        key = (req.group, req.queue or "", req.partition or "", req.namespace or "",
+               req.task or "")
+        stored = app.ctx.queue_cache.subscriptions_stored
+        if key not in stored:
+            await store.ensure_subscription(
+                group=req.group, queue=req.queue or "", partition=req.partition or "",
+                namespace=req.namespace or "", task=req.task or "",
+                mode=req.subscription_mode, start=req.subscription_from)
+            stored.add(key)
 
     flags = app.ctx.flags
     if flags.pop:

@@ -72,6 +72,9 @@ async def get_group(request: Request, group: str):
 async def _delete(request: Request, group: str, queue: str | None):
     delete_metadata = q_bool(args(request), "deleteMetadata", True)
     gone, meta = await ops.delete_group(request.app.ctx.store, group, queue, delete_metadata)
+    if delete_metadata:  # let this broker store the group's subscription again
+        stored = request.app.ctx.queue_cache.subscriptions_stored
+        stored.difference_update({k for k in stored if k[0] == group and queue in (None, k[1])})
     # The next pop re-seeds these partitions from the subscription (or the start).
     _announce(request, ((r["queue_name"], r["partition_name"]) for r in gone if r["last_seq"] > 0))
     body = {"success": True, "consumerGroup": group, "deletedPartitions": len(gone),
