@@ -22,7 +22,7 @@ from broker.config import Settings
 from broker.crypto import PayloadCipher
 from broker.http import CORS_HEADERS, error
 from broker.auth import Authenticator
-from broker.routes import admin, messages, ops, system
+from broker.routes import ack, admin, ops, pop, push, system
 from broker.telemetry import telemetry
 from broker.store.db import (Store, StoreConflict, StoreError, StoreInvalidValue,
                              StoreUnavailable)
@@ -41,7 +41,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     app.ctx.settings = settings
     app.ctx.cipher = PayloadCipher(settings.encryption_key) if settings.encryption_key else None
 
-    app.blueprint(messages.bp)
+    for module in (push, pop, ack):
+        app.blueprint(module.bp)
     app.blueprint(admin.bp)
     app.blueprint(system.bp)
     for blueprint in ops.blueprints:
@@ -96,7 +97,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             logger.info("mesh sync enabled but no peers configured: local waker only")
         # The spool: recover what a previous run left before serving (behaviour.md §5.5).
         spool = Spool.start(
-            settings.file_buffer_dir, replay=lambda events: messages.replay_spooled(app, events),
+            settings.file_buffer_dir, replay=lambda events: push.replay_spooled(app, events),
             events_per_file=settings.file_buffer_events_per_file,
             max_batch=settings.file_buffer_max_batch, flush_ms=settings.file_buffer_flush_ms,
             is_transient=lambda exc: isinstance(exc, (StoreUnavailable, StoreConflict)),

@@ -6,7 +6,7 @@ from sanic import Blueprint, Request
 
 import broker
 from broker.http import args, error, json, read_json
-from broker.routes.messages import wake_after_commit
+from broker.routes.push import wake_after_commit
 from broker.wire import (BadRequest, iso_milli, is_uuid, new_uuid7, parse_configure,
                          parse_timestamp, q_int, q_str, queue_options)
 

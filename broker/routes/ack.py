@@ -1,0 +1,158 @@
+"""Acknowledgements, transactions and lease renewal (api.md §6–§8)."""
+from __future__ import annotations
+
+from typing import Any
+
+from sanic import Blueprint, Request
+
+from broker.http import error, json, read_json
+from broker.routes.push import to_rows, wake_after_commit
+from broker.store.db import TransactionAborted, run_transaction
+from broker.telemetry import telemetry
+from broker.wire import (BadRequest, ack_result, body_object, iso_milli, is_uuid, new_uuid7,
+                         parse_ack_item, parse_group, parse_push_item)
+
+bp = Blueprint("ack")
+
+
+def leases_released(app, rows, results) -> None:
+    """A released lease may put a partition with more messages back in the ring."""
+    if app.ctx.hotlist is not None:
+        for row, r in zip(rows, results):
+            if r["lease_released"]:
+                app.ctx.hotlist.ack_released(r["queue_name"], row.consumer_group,
+                                             r["partition_name"])
+
+
+async def _ack(request: Request, rows):
+    app = request.app
+    results = await (await app.ctx.ack_batcher.submit(rows))
+    leases_released(app, rows, results)
+    for row, r in zip(rows, results):
+        telemetry.messages["dlq" if r["dlq"] else "acked_" + row.status if r["success"]
+                           else "ack_rejected"] += 1
+    return [ack_result(r, row.transaction_id, n) for n, (row, r) in enumerate(zip(rows, results))]
+
+
+@bp.post("/api/v1/ack")
+async def ack(request: Request):
+    body = body_object(read_json(request))
+    row = parse_ack_item(body, parse_group(body.get("consumerGroup")), batch=False)
+    return json(await _ack(request, [row]))
+
+
+@bp.post("/api/v1/ack/batch")
+async def ack_batch(request: Request):
+    body = body_object(read_json(request))
+    items = body.get("acknowledgments")
+    if not isinstance(items, list):
+        raise BadRequest("acknowledgments array is required")
+    group = parse_group(body.get("consumerGroup"))
+    rows = [parse_ack_item(item, group, batch=True) for item in items]
+    if not rows:
+        return json([])
+    return json(await _ack(request, rows))
+
+
+# -- transaction ------------------------------------------------------------
+
+def _parse_transaction(body: Any):
+    body = body_object(body)
+    ops = body.get("operations")
+    if not isinstance(ops, list):
+        raise BadRequest("operations array required")
+    if not ops:
+        raise BadRequest("operations array cannot be empty")
+    required = body.get("requiredLeases") or []
+    if not isinstance(required, list) or not all(is_uuid(x) for x in required):
+        raise BadRequest("requiredLeases must be an array of lease ids (UUIDs)")
+    required = list(dict.fromkeys(required))
+    flat: list[tuple[str, Any]] = []  # ("push", PushItem) | ("ack", AckRow)
+    for n, op in enumerate(ops):
+        if not isinstance(op, dict):
+            raise BadRequest(f"operations[{n}] must be an object")
+        kind = op.get("type")
+        if kind == "push":
+            items = op.get("items")
+            if not isinstance(items, list):
+                raise BadRequest(f"operations[{n}].items array is required")
+            flat += [("push", parse_push_item(it, i, default_payload={})) for i, it in enumerate(items)]
+        elif kind == "ack":
+            row = parse_ack_item(op, parse_group(op.get("consumerGroup")), batch=False)
+            if row.lease_id is None and len(required) == 1:
+                row = row.__class__(**{**row.__dict__, "lease_id": required[0]})
+            flat.append(("ack", row))
+        else:
+            raise BadRequest(f"operations[{n}].type must be 'push' or 'ack', got {kind!r}")
+    return flat, required
+
+
+@bp.post("/api/v1/transaction")
+async def transaction(request: Request):
+    flat, required = _parse_transaction(read_json(request))
+    app = request.app
+    held = {(x.queue, x.partition) for k, x in flat if k == "push"}
+    if held and app.ctx.spool_backlog.holds(held):
+        # A transaction cannot wait in the spool, and committing its pushes now
+        # would put them ahead of spooled pushes to the same partition.
+        return error("Pushes to this partition are still being replayed from the spool "
+                     "after a database outage; retry shortly", 503)
+    push_items = [x for k, x in flat if k == "push"]
+    producer_sub = getattr(request.ctx, "producer_sub", None)
+    push_rows = (iter(await to_rows(app, push_items, producer_sub)) if push_items
+                 else iter(()))
+    steps: list[tuple[str, list]] = []
+    for kind, x in flat:
+        value = next(push_rows) if kind == "push" else x
+        if steps and steps[-1][0] == kind:
+            steps[-1][1].append(value)
+        else:
+            steps.append((kind, [value]))
+    txn_id = new_uuid7()
+    try:
+        step_results = await run_transaction(app.ctx.store, steps, required)
+        success, reason = True, None
+    except TransactionAborted as aborted:
+        step_results, success, reason = aborted.results, False, aborted.reason
+
+    results = []
+    flat_iter = iter(flat)
+    for (kind, rows), res in zip(steps, step_results):
+        for row, r in zip(rows, res):
+            _, item = next(flat_iter)
+            index = len(results)
+            if kind == "push":
+                results.append({"index": index, "type": "push", "success": True,
+                                "status": r["status"], "transactionId": item.transaction_id,
+                                "messageId": str(r["message_id"]),
+                                "partitionId": str(r["partition_id"]), "queueName": item.queue})
+            else:
+                results.append({"index": index, "type": "ack", "success": r["success"],
+                                "transactionId": item.transaction_id, "error": r["error"],
+                                "dlq": r["dlq"]})
+    if not success:
+        return json({"transactionId": txn_id, "success": False, "error": reason, "results": results})
+    for (kind, rows), res in zip(steps, step_results):
+        if kind == "ack":
+            leases_released(app, rows, res)
+    wake_after_commit(app, {(item.queue, item.partition) for kind, item in flat
+                            if kind == "push"})
+    return json({"transactionId": txn_id, "success": True, "results": results})
+
+
+# -- lease ------------------------------------------------------------------
+
+@bp.post("/api/v1/lease/<lease_id:str>/extend", unquote=True)
+async def extend_lease(request: Request, lease_id: str):
+    body = body_object(read_json(request))
+    seconds = body.get("seconds", 60)
+    if seconds is None:
+        seconds = 60
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= 86400:
+        raise BadRequest("seconds must be an integer between 1 and 86400")
+    if not is_uuid(lease_id):
+        raise BadRequest(f"leaseId must be a UUID, got {lease_id!r}")
+    renewed, expires, err = await request.app.ctx.store.extend_lease(lease_id, seconds)
+    expires_at = iso_milli(expires)
+    return json({"leaseId": lease_id, "success": renewed > 0, "error": err,
+                 "expiresAt": expires_at, "newExpiresAt": expires_at, "renewed": renewed})
