@@ -686,3 +686,19 @@ def test_routes_answer_json_errors_for_bad_input(http):
     long_name = "x" * 300
     assert http.get("/api/v1/resources/partitions", params={"queue": long_name}).status_code == 400
     assert http.get("/api/v1/messages", params={"queue": "a\x00b"}).status_code in (200, 400)
+
+
+def test_metrics_serves_prometheus_text_to_a_scraper_and_json_to_everyone_else(http):
+    """A Prometheus scrape of /metrics (Accept: text/plain or openmetrics) gets the text
+    format, which parses cleanly; the official client (Accept: */*) keeps the JSON."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    scraped = http.get("/metrics", headers={
+        "Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"})
+    assert scraped.status_code == 200
+    assert scraped.headers["content-type"].startswith("text/plain; version=0.0.4")
+    names = {f.name for f in text_string_to_metric_families(scraped.text)}
+    assert {"queen_uptime_seconds", "queen_maintenance_mode_enabled"} <= names
+    plain = http.get("/metrics", headers={"Accept": "*/*"})
+    assert plain.headers["content-type"].startswith("application/json")
+    assert "uptime" in plain.json()

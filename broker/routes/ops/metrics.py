@@ -63,8 +63,19 @@ def _pool_waiting(pool) -> int:
     return len(getters) if getters is not None else 0
 
 
+def wants_prometheus_text(request: Request) -> bool:
+    """A Prometheus scraper (or promtool via curl -H) asks for the text format in
+    its Accept header; the official client and browsers send */* and get JSON."""
+    accept = request.headers.get("accept", "").lower()
+    return "text/plain" in accept or "openmetrics" in accept
+
+
 @bp.get("/metrics")
 async def metrics_json(request: Request):
+    """JSON (api.md §15.2) by default; Prometheus text for a scraper, so a
+    scrape job pointed at /metrics works as well as one at /metrics/prometheus."""
+    if wants_prometheus_text(request):
+        return await metrics_prometheus(request)
     from broker.app import gauges  # lazy: broker.app imports this package
     g = gauges(request.app)
     snap = telemetry.snapshot()
