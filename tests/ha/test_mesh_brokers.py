@@ -205,3 +205,16 @@ def test_without_the_mesh_a_push_on_a_reaches_a_pop_on_b_by_backoff(broker_facto
     messages, latency = asyncio.run(scenario())
     assert [m["data"] for m in messages] == [5]
     assert latency < 5, f"delivered {latency:.1f}s after the push"
+
+
+def test_boot_log_reports_sync_auth_and_never_the_secret(pair, broker):
+    """Invariant 63: the `config: sync` block says auth=hmac with a secret, auth=off
+    without, the mesh start line is there, and the secret never appears."""
+    a, _ = pair
+    log = a.log()
+    sync_line = next(line for line in log.splitlines() if "config: sync" in line)
+    assert "auth=hmac" in sync_line and "secret=<set:64 chars>" in sync_line
+    assert "mesh started: server_id=queen-0" in log
+    assert SECRET not in log
+    open_line = next(line for line in broker.log().splitlines() if "config: sync" in line)
+    assert "auth=off" in open_line
