@@ -28,7 +28,7 @@ A token with a ``kid`` is verified with the JWKS key of that id when ``JWT_JWKS_
 (falling back to ``JWT_PUBLIC_KEY`` when the id is unknown and a PEM key of the right type
 is configured); a token without ``kid`` uses the PEM key, or the JWKS's only key of the
 right type. The JWKS is fetched lazily through ``jwt.PyJWKClient`` in a worker thread
-(never on the event loop), cached for ``JWKS_LIFESPAN_S``, and re-fetched when a token names
+(never on the event loop), cached for ``JWT_JWKS_REFRESH_INTERVAL`` seconds, and re-fetched when a token names
 an unknown ``kid`` (key rotation) -- at most once per ``JWKS_REFRESH_COOLDOWN_S`` so that
 tokens with made-up ids cannot hammer the identity provider. A failed periodic refresh
 keeps serving the previous keys.
@@ -128,8 +128,6 @@ RSA_ALGORITHMS = frozenset({"RS256", "RS384", "RS512"})
 EDDSA_ALGORITHMS = frozenset({"EdDSA"})
 HMAC_ALGORITHMS = frozenset({"HS256"})
 
-JWKS_LIFESPAN_S = 3600.0  # JWT_JWKS_REFRESH_INTERVAL's Queen default
-JWKS_TIMEOUT_S = 5.0  # JWT_JWKS_TIMEOUT_MS's Queen default
 JWKS_REFRESH_COOLDOWN_S = 1.0  # least time between two JWKS fetches
 
 _CLAIM_ERRORS: list[tuple[type[Exception], str]] = [
@@ -187,11 +185,12 @@ def load_public_key(pem: str) -> Any:
 class _Jwks:
     """The JWKS endpoint's signing keys by ``kid``; fetched off the event loop."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, lifespan_s: float, timeout_s: float):
         # PyJWKClient does the HTTP and the JWK parsing; the caching is ours so that a
         # cache hit never leaves the event loop.
+        self.lifespan_s = lifespan_s  # JWT_JWKS_REFRESH_INTERVAL
         try:
-            self.client = jwt.PyJWKClient(url, cache_jwk_set=False, timeout=JWKS_TIMEOUT_S)
+            self.client = jwt.PyJWKClient(url, cache_jwk_set=False, timeout=timeout_s)
         except jwt.PyJWTError as exc:
             raise ConfigError(f"JWT_JWKS_URL {url!r} is not usable: {exc}") from None
         self.url = url
@@ -203,7 +202,7 @@ class _Jwks:
         self.lock = asyncio.Lock()
 
     def _fresh(self) -> bool:
-        return self.fetched_at is not None and time.monotonic() - self.fetched_at < JWKS_LIFESPAN_S
+        return self.fetched_at is not None and time.monotonic() - self.fetched_at < self.lifespan_s
 
     def _cooling_down(self) -> bool:
         return (self.attempted_at is not None
@@ -300,7 +299,8 @@ class Authenticator:
                                   f"{'an RSA' if wanted == 'RSA' else 'an Ed25519'} "
                                   f"JWT_PUBLIC_KEY")
             self.pem_keys[family] = key
-        self.jwks = (_Jwks(settings.jwt_jwks_url)
+        self.jwks = (_Jwks(settings.jwt_jwks_url, settings.jwt_jwks_refresh_interval,
+                           settings.jwt_jwks_timeout_ms / 1000)
                      if settings.jwt_jwks_url and self.algorithm != "HS256" else None)
 
         allowed: set[str] = set()

@@ -319,6 +319,9 @@ VARIABLES: list[Variable] = [
     _v("JWT_ROLE_ADMIN", "admin", "str", "Role name granting everything.", _str),
     _v("JWT_ROLE_READ_WRITE", "read-write", "str", "Role name granting push/pop/ack.", _str),
     _v("JWT_ROLE_READ_ONLY", "read-only", "str", "Role name granting reads only.", _str),
+    _v("JWT_JWKS_REFRESH_INTERVAL", "3600", "s",
+       "How long fetched JWKS keys are used before the endpoint is read again.", _POSITIVE),
+    _v("JWT_JWKS_TIMEOUT_MS", "5000", "ms", "Timeout of one JWKS fetch.", _POSITIVE),
     _v("JWT_SKIP_PATHS", "/health,/metrics/prometheus,/metrics,/", "list",
        "Comma-separated paths served without a token.", _csv),
 ]
@@ -406,6 +409,8 @@ class Settings:
     jwt_role_admin: str
     jwt_role_read_write: str
     jwt_role_read_only: str
+    jwt_jwks_refresh_interval: int
+    jwt_jwks_timeout_ms: int
     jwt_skip_paths: tuple[str, ...]
 
     @property
