@@ -114,7 +114,7 @@ class PeriodicJob(AsyncioActor):
         while True:
             started = loop.time()
             try:
-                await self._proxy.run_once()
+                await self._proxy.run_once(periodic=True)
             except ActorDeadError:
                 return
             except Exception:  # run_once swallows cycle errors; this guards its own bugs
@@ -329,13 +329,19 @@ class StatsJob(PeriodicJob):
         self.partitions_recounted = 0
         self.full_cycles = 0
 
-    async def _cycle(self, full: bool = False, **_options: Any) -> dict:
+    async def _cycle(self, full: bool = False, periodic: bool = False, **_options: Any) -> dict:
         full = bool(full) or self._since_full + 1 >= self._full_every
         try:
             async with self._store.connection() as conn:
                 async with conn.transaction():
                     if not await conn.fetchval(sql.TRY_XACT_LOCK, sql.STATS_LOCK_ID):
                         raise _LockBusy
+                    # The lock only keeps two cycles from overlapping; a replica whose
+                    # timer fires right after another replica's cycle would redo the
+                    # same work. A periodic cycle skips when the stats are that fresh.
+                    if periodic and not full and await conn.fetchval(
+                            sql.STATS_FRESH, self._interval / 2):
+                        return {"skipped": True, "fresh": True}
                     parts = await conn.fetchrow(sql.STATS_REFRESH_PARTITIONS, full)
                     await conn.execute(sql.STATS_REFRESH_PARTITION_LAG)
                     orphans = await conn.execute(sql.STATS_DELETE_ORPHAN_PARTITIONS)

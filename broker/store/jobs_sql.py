@@ -310,6 +310,13 @@ position: a push assigns positions and clock_timestamp() creation times under
 the partition row lock, so within a partition position order is creation
 order. Returns (recounted, dirty_marks)."""
 
+STATS_FRESH = """
+SELECT EXISTS (SELECT 1 FROM queen.stats
+               WHERE stat_type = 'system' AND stat_key = 'system'
+                 AND updated_at > now() - make_interval(secs => $1))
+"""
+"""Did some replica finish a stats cycle within the last $1 seconds?"""
+
 STATS_REFRESH_PARTITION_LAG = """
 UPDATE queen.stats
 SET max_lag_seconds = CASE WHEN oldest_pending_at IS NULL THEN 0
