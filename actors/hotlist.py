@@ -117,7 +117,8 @@ class _Entry:
 
 
 class _Ring:
-    __slots__ = ("entries", "jitter", "ready", "seed_claimed_until", "seeded_at", "wheel")
+    __slots__ = ("entries", "jitter", "last_take", "ready", "seed_claimed_until", "seeded_at",
+                 "wheel")
 
     def __init__(self, jitter: float) -> None:
         self.entries: dict[str, _Entry] = {}  # tracked (non-IDLE) partitions
@@ -129,6 +130,7 @@ class _Ring:
         self.seeded_at: float | None = None  # None: never seeded (cold)
         self.seed_claimed_until = float("-inf")
         self.jitter = jitter
+        self.last_take = float("-inf")  # when a pop last took from this ring
 
 
 class HotList:
@@ -154,6 +156,7 @@ class HotList:
         track_dirty: bool = True,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        idle_ring_s: float = 600.0,
     ) -> None:
         self.reseed_s = reseed_ms / 1000
         self.jitter_s = jitter_ms / 1000
@@ -163,6 +166,10 @@ class HotList:
         self.track_dirty = track_dirty
         self.clock = clock
         self._rng = rng or random.Random()
+        # A group that stopped polling leaves its ring behind; rings nobody took
+        # from for this long are dropped (a later poll starts cold, with a seed).
+        self.idle_ring_s = idle_ring_s
+        self._next_idle_sweep = float("-inf")
         self._rings: dict[str, dict[str, _Ring]] = {}  # queue -> group -> ring
         self._dirty: dict[tuple[str, str], None] = {}  # ordered set
         self._wheel_seq = 0
@@ -237,7 +244,10 @@ class HotList:
         non-empty; then the entries are served as well.
         """
         now = self.clock() if now is None else now
+        if now >= self._next_idle_sweep:
+            self._drop_idle_rings(now)
         ring = self._ring(queue, group)
+        ring.last_take = now
         needs_seed = False
         if now >= ring.seed_claimed_until and (
             ring.seeded_at is None or now >= ring.seeded_at + self.reseed_s + ring.jitter
@@ -385,6 +395,16 @@ class HotList:
         return counts
 
     # --- internals --------------------------------------------------------
+
+    def _drop_idle_rings(self, now: float) -> None:
+        """Forget rings not taken from for idle_ring_s (checked at most every 60 s)."""
+        self._next_idle_sweep = now + min(60.0, self.idle_ring_s)
+        for queue in list(self._rings):
+            groups = self._rings[queue]
+            for group in [g for g, r in groups.items() if now - r.last_take > self.idle_ring_s]:
+                del groups[group]
+            if not groups:
+                del self._rings[queue]
 
     def _ring(self, queue: str, group: str) -> _Ring:
         groups = self._rings.setdefault(queue, {})

@@ -502,3 +502,15 @@ async def test_actor_lease_and_ack_and_tell(actor):
     assert await hot.pending_dirty() == 0  # remote marks and seeds queue no hints
     await hot.forget_queue(Q)
     assert await hot.stats() == {"rings": 0, "ready": 0, "wheel": 0, "inflight": 0}
+
+
+def test_rings_of_groups_that_stopped_polling_are_dropped(clock):
+    """A ring nobody took from for idle_ring_s is forgotten (memory stays bounded by
+    the groups that poll); the group's next poll starts cold and asks for a seed."""
+    hl = HotList(jitter_ms=0, idle_ring_s=600, clock=clock)
+    seeded(hl, "p1")
+    hl.take(Q, "other", 1)  # a second group of the same queue keeps polling
+    clock.t += 601
+    hl.take(Q, "other", 1)
+    assert G not in hl._rings[Q] and "other" in hl._rings[Q]
+    assert hl.take(Q, G, 1) == Take(True, [])
