@@ -39,18 +39,6 @@ async def _pop(request: Request, queue: str | None, partition: str | None):
                     default_batch=settings.default_batch_size,
                     default_timeout_ms=settings.default_timeout,
                     default_subscription_mode=settings.default_subscription_mode)
-    store = app.ctx.store
-    if req.subscription_mode is not None:
-        key = (req.group, req.queue or "", req.partition or "", req.namespace or "",
-               req.task or "")
-        stored = app.ctx.queue_cache.subscriptions_stored
-        if key not in stored:
-            await store.ensure_subscription(
-                group=req.group, queue=req.queue or "", partition=req.partition or "",
-                namespace=req.namespace or "", task=req.task or "",
-                mode=req.subscription_mode, start=req.subscription_from)
-            stored.add(key)
-
     flags = app.ctx.flags
     if flags.pop:
         return await _paused_pop(req)
@@ -63,6 +51,7 @@ async def _pop(request: Request, queue: str | None, partition: str | None):
             last_kind[0] = "paused"
             return None
         try:
+            await _ensure_subscription(app, req)
             rows = await _claim(app, req, lease_id, hints)
         except StoreUnavailable:
             if not req.wait:
@@ -105,6 +94,21 @@ async def _pop(request: Request, queue: str | None, partition: str | None):
                      "windowBufferActive": True})
     reason = {"empty": "no_available_partition"}.get(kind, kind)
     return json({"success": False, "error": reason, "messages": []})
+
+
+async def _ensure_subscription(app, req) -> None:
+    """A named group's subscription (new / from a timestamp) is stored before its
+    first claim, once per broker (stored subscriptions never change)."""
+    if req.subscription_mode is None:
+        return
+    key = (req.group, req.queue or "", req.partition or "", req.namespace or "", req.task or "")
+    stored = app.ctx.queue_cache.subscriptions_stored
+    if key not in stored:
+        await app.ctx.store.ensure_subscription(
+            group=req.group, queue=req.queue or "", partition=req.partition or "",
+            namespace=req.namespace or "", task=req.task or "",
+            mode=req.subscription_mode, start=req.subscription_from)
+        stored.add(key)
 
 
 # A leased partition is looked at again after at most this long, even when its
