@@ -3,7 +3,8 @@
 
     python3 dev.py run      # start the broker (embedded PostgreSQL, 127.0.0.1:6632)
     python3 dev.py test     # run the whole test suite
-    python3 dev.py bench    # run the benchmarks in benchmarks/
+    python3 dev.py bench    # run the load benchmarks in benchmarks/
+    python3 dev.py micro    # pytest-benchmark micro benchmarks of in-process hot paths
     python3 dev.py ha       # an HA pair (or --brokers 3) on loopback, see compose/local_ha.py
 
 Each command first makes sure ./.venv exists and holds this project (and, for
@@ -43,7 +44,7 @@ def ensure_venv(extras: str) -> None:
 
 
 def main() -> int:
-    if len(sys.argv) < 2 or sys.argv[1] not in ("run", "test", "bench", "ha"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("run", "test", "bench", "micro", "ha"):
         print(__doc__, file=sys.stderr)
         return 2
     command, rest = sys.argv[1], sys.argv[2:]
@@ -53,6 +54,10 @@ def main() -> int:
     elif command == "test":
         ensure_venv("test")
         argv = [str(BIN / "python"), "-m", "pytest", *rest]
+    elif command == "micro":
+        ensure_venv("test")
+        argv = [str(BIN / "python"), "-m", "pytest", str(ROOT / "benchmarks" / "test_micro.py"),
+                "--benchmark-only", "-p", "no:cacheprovider", *rest]
     elif command == "ha":
         ensure_venv("")
         argv = [str(BIN / "python"), str(ROOT / "compose" / "local_ha.py"), *rest]
