@@ -148,6 +148,17 @@ async def history(db, queue: str, kind: str) -> int:
                                 WHERE queue_name = $1 AND retention_type = $2""", queue, kind)
 
 
+async def history_reaches(db, queue: str, kind: str, expected: int) -> int:
+    """The sweep deletes, then records the cycle's history in its next statement:
+    an observer can see the rows gone a moment before the history row lands."""
+    await wait_until(lambda: _history_is(db, queue, kind, expected), 5)
+    return await history(db, queue, kind)
+
+
+async def _history_is(db, queue: str, kind: str, expected: int) -> bool:
+    return await history(db, queue, kind) == expected
+
+
 # -- retention gate: lock 737001 ----------------------------------------------------
 
 async def test_replica_without_737001_skips_and_deletes_nothing_then_sweeps(cluster, client, db):
@@ -175,7 +186,7 @@ async def test_replica_without_737001_skips_and_deletes_nothing_then_sweeps(clus
     finally:
         assert await db.fetchval("SELECT pg_advisory_unlock($1)", RETENTION_LOCK)
     assert await wait_until(lambda: _empty(db, "ret.all"), 5)
-    assert await history(db, "ret.all", "retention") == 5
+    assert await history_reaches(db, "ret.all", "retention", 5) == 5
 
 
 async def _empty(db, queue: str) -> bool:
@@ -345,7 +356,7 @@ async def test_retention_deletes_old_messages_consumed_or_not(cluster, client, d
     await push(client, b, "ret.old", 6)
     await consume(client, b, "ret.old", 2)
     assert await wait_until(lambda: _empty(db, "ret.old"), 5)
-    assert await history(db, "ret.old", "retention") == 6
+    assert await history_reaches(db, "ret.old", "retention", 6) == 6
     # the cursor is a position: pushing again continues after it
     await push(client, b, "ret.old", 1, start=100)
     msgs = await pop(client, b, "ret.old", batch=5)
@@ -374,12 +385,12 @@ async def test_completed_retention_never_deletes_what_a_group_has_not_consumed(
     await asyncio.sleep(1.0)  # more cycles: still nothing the slow group has not seen
     assert await seqs(db, q, "p") == [5, 6, 7, 8, 9, 10]
     assert await seqs(db, q, "lonely") == [1, 2, 3]
-    assert await history(db, q, "completed_retention") == 4
+    assert await history_reaches(db, q, "completed_retention", 4) == 4
     # the slow group catches up: the rest may go
     await consume(client, brokers[1], q, 6, group="slow", partition="p")
     assert await wait_until(lambda: _empty_partition(db, q, "p"), 6)
     assert await seqs(db, q, "lonely") == [1, 2, 3]
-    assert await history(db, q, "completed_retention") == 10
+    assert await history_reaches(db, q, "completed_retention", 10) == 10
 
 
 async def _empty_partition(db, queue: str, partition: str) -> bool:
@@ -401,7 +412,7 @@ async def test_max_wait_eviction_removes_what_some_group_has_not_consumed(cluste
                 and await seqs(db, q, "nobody") == [])
 
     assert await wait_until(settled, 6)
-    assert await history(db, q, "max_wait_time_eviction") == 5
+    assert await history_reaches(db, q, "max_wait_time_eviction", 5) == 5
     assert await pop(client, b, q, "p", consumerGroup="a", batch=10) == []
 
 
