@@ -119,21 +119,6 @@ def read_records(path: Path) -> tuple[list[dict], int, bool]:
     return events, skipped, pos != end
 
 
-def count_records(path: Path) -> int:
-    """Complete records in a spool file, by walking the length headers only."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return 0
-    n, pos, end = 0, 0, len(data)
-    while pos + 4 <= end:
-        stop = pos + 4 + _LEN.unpack_from(data, pos)[0]
-        if stop > end:
-            break
-        n, pos = n + 1, stop
-    return n
-
-
 def event_pair(event: Mapping[str, Any]) -> tuple[str, str]:
     """The (queue, partition) of a spool event; partition defaults like the records."""
     return event.get("queue"), event.get("partition") or "Default"
@@ -682,4 +667,6 @@ class Spool(AsyncioActor):
             "paused": self._paused,
             "healthy": self._healthy,
             "backlogPartitions": self.backlog.partitions(),
+            "replayedEvents": self.replayed_events,
+            "quarantinedFiles": self.quarantined_files,
         }

@@ -30,7 +30,7 @@ def setup_logging(level: str) -> None:
                       "{message}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main() -> int:
     try:
         settings = load_settings()
     except ConfigError as exc:

@@ -35,7 +35,6 @@ class Hints:
         self._hotlist = hotlist      # HotListActor proxy, or None
         self.mesh = mesh             # Mesh, or None when no peers / sync disabled
         self._flusher: asyncio.Task | None = None
-        self.received = 0
 
     # -- sending ------------------------------------------------------------
     def pushed(self, pairs: list[tuple[str, str]]) -> None:
@@ -84,7 +83,6 @@ class Hints:
 
     # -- receiving ----------------------------------------------------------
     def on_frame(self, kind: int, payload: dict, sender: str) -> None:
-        self.received += 1
         if kind == frames.MESSAGE_AVAILABLE:
             self._wake(_pairs([payload]))
         elif kind == frames.MESSAGE_AVAILABLE_BATCH:

@@ -48,7 +48,7 @@ async def push(request: Request):
         return json([], status=201)
     if app.ctx.flags.push:  # maintenance: straight to the spool, no database, no wake
         return await _spool(app, items, None, producer_sub)
-    if app.ctx.spool_backlog.holds({(i.queue, i.partition) for i in items}):
+    if app.ctx.spool_backlog.holds((i.queue, i.partition) for i in items):
         # Earlier pushes to one of these partitions still wait in the spool (an
         # outage just ended): queue behind them, or the partition's order breaks.
         return await _spool(app, items, None, producer_sub)

@@ -181,10 +181,6 @@ class Store:
                                       *(options.get(name) for name, *_ in sql.QUEUE_OPTIONS))
         return row
 
-    async def queue_options(self, queue: str) -> asyncpg.Record | None:
-        async with self.connection() as conn:
-            return await conn.fetchrow(sql.QUEUE_BY_NAME, queue)
-
     async def delete_queue(self, queue: str) -> bool:
         async with self.connection() as conn:
             existed = await conn.fetchval(sql.DELETE_QUEUE, queue)

@@ -37,15 +37,6 @@ async def dimension(store: Store, dim: str) -> tuple[list[Record], float | None]
         return await conn.fetch(cached if ready else live), age
 
 
-async def message_totals(store: Store, queue: str | None = None, namespace: str | None = None,
-                         task: str | None = None) -> tuple[Record, float | None]:
-    """Counters over the queues in scope (stats table once populated). (row, statsAge)."""
-    async with store.connection() as conn:
-        age, ready = await stats_state(conn)
-        sql = q.MESSAGE_TOTALS_FROM_STATS if ready else q.MESSAGE_TOTALS_LIVE
-        return await conn.fetchrow(sql, queue, namespace, task), age
-
-
 def _summary(values: list[float]) -> dict:
     if not values:
         return {"avg": 0, "median": 0, "min": 0, "max": 0}
