@@ -5,9 +5,13 @@ actor and go out together in the next one (group commit): under load, many
 small HTTP requests become few large statements; when idle, a request goes
 out at once with no added delay.
 
-If a folded round trip fails, each request in it is retried on its own, so
-one request the database rejects never fails its neighbours (libqueen's
-fused batches did; api.md §18 says not to copy that).
+If a folded round trip fails because of what one request holds (the
+database rejected a value), each request in it is retried on its own, so one
+request the database rejects never fails its neighbours (libqueen's fused
+batches did; api.md §18 says not to copy that). If it fails for a reason that
+would fail every request alike (the database is unreachable, busy), every
+request fails at once with that error: retrying them one by one would only
+make the N-th caller wait N timeouts before it can fall back to the spool.
 """
 from __future__ import annotations
 
@@ -29,9 +33,11 @@ class Batcher(AsyncioActor):
     ``flush(items)`` must return one result per item, in order.
     """
 
-    def __init__(self, flush: Flush, *, max_items: int, max_concurrent: int, name: str):
+    def __init__(self, flush: Flush, *, max_items: int, max_concurrent: int, name: str,
+                 retry_alone: Callable[[BaseException], bool] = lambda exc: True):
         super().__init__()
         self._flush = flush
+        self._retry_alone = retry_alone
         self._max_items = max_items
         self._max_concurrent = max_concurrent
         self._name = name
@@ -79,8 +85,9 @@ class Batcher(AsyncioActor):
         try:
             results = await self._flush(flat)
         except Exception as exc:
-            if len(group) == 1:
-                _settle(group[0][1], exc=exc)
+            if len(group) == 1 or not self._retry_alone(exc):
+                for _items, future in group:
+                    _settle(future, exc=exc)
                 return
             logger.debug("{}: folded round trip of {} requests failed ({}); retrying one by one",
                          self._name, len(group), exc)

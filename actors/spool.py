@@ -8,7 +8,8 @@ Files live in one node-local directory::
 
     queen-<13-digit epoch ms>-<8-digit sequence>.tmp   the active file (appended to)
     queen-<13-digit epoch ms>-<8-digit sequence>.buf   finalized, waiting to be drained
-    failed/<name>.buf                                  quarantined (permanent errors)
+    quarantine/<id>.json                               one event the replay could not commit
+    failed/<name>.buf                                  a whole file that could not be read
 
 Names sort in creation order, also across restarts: a new name is always
 greater than every name already in the directory. A file holds repeated
@@ -26,9 +27,17 @@ Who touches what:
   looks at ``.tmp`` files. ``recover()`` and the drain share a lock, so two
   replays never run at once.
 
-A file is only deleted after all its events were replayed (duplicates count
-as replayed: the broker dedups by transactionId), or moved to ``failed/``
-after ``quarantine_after`` consecutive permanent failures.
+A file is only deleted after each of its events was either replayed
+(duplicates count as replayed: the broker dedups by transactionId) or set
+aside in the quarantine (:mod:`actors.spool_quarantine`). A chunk the database
+rejects for good is split in halves until the rejected event stands alone; the
+others are committed in order and only that one is quarantined, so one bad
+event never costs its neighbours. A file that cannot even be read moves to
+``failed/`` after ``quarantine_after`` attempts. The spool holds at most
+``max_bytes`` of files: an append beyond it raises :class:`SpoolFull`.
+
+Blocking file work (fsync, renames, directory listings, the quarantine) runs
+in a thread, never on the event loop; single short appends stay on it.
 
 Sticky failover: ``Spool.backlog`` (a :class:`SpoolBacklog`, also handed out
 by ``backlog_ref()``) counts, per (queue, partition), the events spooled but
@@ -53,8 +62,10 @@ import ujson
 from loguru import logger
 
 from actors.runtime import AsyncioActor
+from actors.spool_quarantine import Quarantine, entry_id, import_failed_files
+from broker.validate import event_problem
 
-__all__ = ["Spool", "SpoolBacklog", "SpoolError", "read_records"]
+__all__ = ["Spool", "SpoolBacklog", "SpoolError", "SpoolFull", "read_records"]
 
 _LEN = struct.Struct("<I")
 _NAME = re.compile(r"^queen-(\d{13})-(\d{8})\.(tmp|buf)$")
@@ -71,6 +82,10 @@ class SpoolError(Exception):
 
     Nothing of that push stays in the spool: the caller reports every item failed.
     """
+
+
+class SpoolFull(SpoolError):
+    """The push would take the spool past its byte cap; nothing was written."""
 
 
 # -- file format ---------------------------------------------------------------
@@ -92,16 +107,19 @@ def encode_records(events: Iterable[dict]) -> bytes:
     return b"".join(parts)
 
 
-def read_records(path: Path) -> tuple[list[dict], int, bool]:
+def read_records(path: Path, keep_bad: bool = False):
     """Every complete, parseable event of a spool file, in write order.
 
     Returns ``(events, skipped, torn)``: records whose JSON does not parse are
-    skipped; reading stops at a torn tail (a record running past end of file),
-    which was never acknowledged to its client.
+    skipped (with ``keep_bad``, ``skipped`` is the list of their
+    ``(record index, raw bytes)`` instead of a count); reading stops at a torn
+    tail (a record running past end of file), which was never acknowledged to
+    its client.
     """
     data = Path(path).read_bytes()
     events: list[dict] = []
-    skipped, pos, end = 0, 0, len(data)
+    bad: list[tuple[int, bytes]] = []
+    pos, end, index = 0, len(data), 0
     while pos + 4 <= end:
         (length,) = _LEN.unpack_from(data, pos)
         stop = pos + 4 + length
@@ -114,9 +132,10 @@ def read_records(path: Path) -> tuple[list[dict], int, bool]:
         if isinstance(event, dict):
             events.append(event)
         else:
-            skipped += 1
+            bad.append((index, data[pos + 4:stop]))
         pos = stop
-    return events, skipped, pos != end
+        index += 1
+    return events, (bad if keep_bad else len(bad)), pos != end
 
 
 def event_pair(event: Mapping[str, Any]) -> tuple[str, str]:
@@ -202,8 +221,9 @@ class Spool(AsyncioActor):
     """The disk spool of one broker process; see the module docstring."""
 
     def __init__(self, directory: Path | str, *,
-                 replay: Callable[[list[dict]], Awaitable[None]],
+                 replay: Callable[[list[dict]], Awaitable[Any]],
                  events_per_file: int = 10000, max_batch: int = 100, flush_ms: int = 100,
+                 max_bytes: int = 1 << 30,
                  is_transient: Callable[[BaseException], bool],
                  start_paused: bool = False, clock: Callable[[], float] = time.time,
                  files_per_cycle: int = 10, quarantine_after: int = 5,
@@ -212,11 +232,13 @@ class Spool(AsyncioActor):
         super().__init__()
         self.directory = Path(directory)
         self.failed_dir = self.directory / "failed"
+        self.quarantine = Quarantine(self.directory / "quarantine")
         self._replay = replay
         self._is_transient = is_transient
         self._events_per_file = max(1, int(events_per_file))
         self._max_batch = max(1, int(max_batch))
         self._flush_s = max(0.001, flush_ms / 1000)
+        self._max_bytes = max(1, int(max_bytes))
         self._clock = clock
         self._files_per_cycle = max(1, files_per_cycle)
         self._quarantine_after = max(1, quarantine_after)
@@ -231,20 +253,24 @@ class Spool(AsyncioActor):
         self._active_size = 0
         self._active_pairs: Counter = Counter()  # (queue, partition) -> events in the active file
         self._last_name = (0, -1)  # (ms, sequence) of the newest name handed out
-        # .tmp files that could not be renamed yet -> (events, pairs) already counted
-        self._stranded: dict[Path, tuple[int, Counter]] = {}
+        # .tmp files that could not be renamed yet -> (events, pairs, bytes) already counted
+        self._stranded: dict[Path, tuple[int, Counter, int]] = {}
+
+        self._rollback_failed = False  # a failed write could not be cut off the active file
 
         # the drain
         self._paused = start_paused
         self._db_healthy = True
         self._transient_streak = 0
         self._cooldown_until = 0.0
-        self._permanent: dict[str, int] = {}  # .buf name -> consecutive permanent failures
-        self._progress: dict[str, int] = {}  # .buf name -> events already replayed
+        self._permanent: dict[str, int] = {}  # .buf name -> consecutive unreadable attempts
+        self._progress: dict[str, int] = {}  # .buf name -> events replayed or quarantined
         self._file_events: dict[str, int] = {}  # .buf name -> events counted as pending
+        self._file_bytes: dict[str, int] = {}  # .buf name -> its size, counted against the cap
         # .buf name -> (queue, partition) -> events counted in the backlog, not replayed yet
         self._file_pairs: dict[str, Counter] = {}
         self._settled: dict[str, int] = {}  # .buf name -> events already taken off the backlog
+        self._raw_quarantined: set[str] = set()  # .buf names whose unparseable records are set aside
         self.backlog = SpoolBacklog()
         self._drain_lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -255,12 +281,17 @@ class Spool(AsyncioActor):
         self._pending = 0
         self._failed = 0
         self._healthy = True
+        self._bytes = 0  # .buf files plus the active file
         self.replayed_events = 0
-        self.quarantined_files = 0
+        self.quarantined_files = 0  # unreadable files moved to failed/
+        self.quarantined_events = 0  # entries in quarantine/ now
+        self.rejected_full = 0  # events refused because the spool was at its cap
 
     # -- lifecycle ---------------------------------------------------------------
 
     def on_start(self) -> None:
+        # Start-up only, before HTTP is served: scanning here keeps the counts
+        # exact from the first request.
         try:
             self._make_dirs()
         except OSError as exc:
@@ -270,14 +301,15 @@ class Spool(AsyncioActor):
             self._scan_existing()
         self._self = self.actor_ref.proxy()
         self._task = asyncio.get_running_loop().create_task(self._drain_loop(), name="spool-drain")
-        logger.info("spool: {} ({} event(s) pending in {} partition(s){})", self.directory,
-                    self._pending, self.backlog.partitions(), ", paused" if self._paused else "")
+        logger.info("spool: {} ({} event(s) pending in {} partition(s), cap {} MB{})",
+                    self.directory, self._pending, self.backlog.partitions(),
+                    round(self._max_bytes / (1 << 20)), ", paused" if self._paused else "")
 
     async def on_stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        self._finalize_active()
+        await self._finalize_active()
 
     def _make_dirs(self) -> None:
         os.makedirs(self.directory, mode=0o755, exist_ok=True)
@@ -289,14 +321,25 @@ class Spool(AsyncioActor):
         for path in self._listdir():
             m = _NAME.match(path.name)
             self._last_name = max(self._last_name, (int(m[1]), int(m[2])))
-        self._finalize_leftovers()
+        for path in self._listdir():
+            if path.suffix == ".tmp" and path != self._active:
+                counts = self._count_leftover(path, self._leftover_counts_io(path))
+                self._apply_finalize(path, _rename_or_drop(path), *counts)
         for path in self._buf_files():
-            if path.name not in self._file_events:
-                n, pairs = tally_records(path)
-                self._file_events[path.name] = n
-                self._file_pairs[path.name] = pairs
-                self._pending += n
-                self.backlog.add_counts(pairs)
+            self._count_found(path)
+        self.quarantined_events = len(self.quarantine.ids())
+
+    def _count_found(self, path: Path) -> None:
+        """A ``.buf`` this run did not write: count its events and bytes once."""
+        if path.name in self._file_events:
+            return
+        n, pairs = tally_records(path)
+        self._file_events[path.name] = n
+        self._file_pairs[path.name] = pairs
+        self._file_bytes[path.name] = _size(path)
+        self._bytes += self._file_bytes[path.name]
+        self._pending += n
+        self.backlog.add_counts(pairs)
 
     def _listdir(self) -> list[Path]:
         try:
@@ -308,32 +351,40 @@ class Spool(AsyncioActor):
     def _buf_files(self) -> list[Path]:
         return [p for p in self._listdir() if p.suffix == ".buf"]
 
-    def _finalize_leftovers(self) -> None:
-        for path in self._listdir():
+    async def _finalize_leftovers(self) -> None:
+        for path in await asyncio.to_thread(self._listdir):
             if path.suffix == ".tmp" and path != self._active:
-                self._finalize_path(path, None)
+                await self._finalize_path(path, None)
 
     # -- writing (actor messages) ------------------------------------------------
 
-    def append(self, events: list[dict]) -> None:
-        """Write every event of one push, or none of them (raises SpoolError)."""
+    async def append(self, events: list[dict]) -> None:
+        """Write every event of one push, or none of them (raises SpoolError,
+        SpoolFull when the cap would be passed)."""
         if not events:
             return
         data = encode_records(events)
+        if self._bytes + len(data) > self._max_bytes:
+            self.rejected_full += len(events)
+            raise SpoolFull(f"spool full: {self._bytes} of {self._max_bytes} bytes in use "
+                            f"(FILE_BUFFER_MAX_BYTES); the push was not accepted")
         try:
             self._write(data)
         except OSError as exc:
             self._failed += len(events)
             self._healthy = False
+            if self._rollback_failed:
+                await self._finalize_active()
             raise SpoolError(f"spool write failed: {exc}") from exc
         self._healthy = True
         self._active_events += len(events)
         self._pending += len(events)
+        self._bytes += len(data)
         pairs = Counter(event_pair(e) for e in events)
         self._active_pairs.update(pairs)
         self.backlog.add_counts(pairs)
         if self._active_events >= self._events_per_file:
-            self._finalize_active()
+            await self._finalize_active()
 
     def _write(self, data: bytes) -> None:
         if self._fd is None:
@@ -350,13 +401,15 @@ class Spool(AsyncioActor):
 
     def _rollback(self, size: int) -> None:
         """Cut a half-written push off the active file again."""
+        self._rollback_failed = False
         try:
             _os_ftruncate(self._fd, size)
         except OSError as exc:
             # Cannot guarantee the file is clean: stop using it. Its records stay
             # readable; at worst the partial push is replayed without an ack.
             logger.error("spool: could not truncate {} after a failed write: {}", self._active, exc)
-            self._finalize_active()
+            self._active_size = os.fstat(self._fd).st_size if self._fd is not None else size
+            self._rollback_failed = True
 
     def _open_new(self) -> None:
         ms = max(int(self._clock() * 1000), self._last_name[0])
@@ -371,69 +424,78 @@ class Spool(AsyncioActor):
         self._fd, self._active, self._active_events, self._active_size = fd, path, 0, 0
         self._active_pairs = Counter()
 
-    def finalize(self) -> bool:
+    async def finalize(self) -> bool:
         """Close the active file: rename it to ``.buf`` (drainable), or delete it
         when it holds no events. True when a file became drainable."""
-        done = self._finalize_active()
+        done = await self._finalize_active()
         for path in list(self._stranded):
-            self._finalize_path(path, None)
+            await self._finalize_path(path, None)
         return done
 
-    def _finalize_active(self) -> bool:
+    async def _finalize_active(self) -> bool:
         if self._fd is None:
             return False
         fd, path, events, pairs = self._fd, self._active, self._active_events, self._active_pairs
+        size = self._active_size
         self._fd, self._active, self._active_events, self._active_size = None, None, 0, 0
         self._active_pairs = Counter()
-        try:
-            if events:
-                os.fsync(fd)
-        except OSError as exc:
-            logger.warning("spool: fsync of {} failed: {}", path, exc)
-        finally:
-            os.close(fd)
-        return self._finalize_path(path, events, pairs)
+        await asyncio.to_thread(_sync_and_close, fd, path, events > 0)
+        return await self._finalize_path(path, events, pairs, size)
 
-    def _finalize_path(self, path: Path, events: int | None, pairs: Counter | None = None) -> bool:
+    async def _finalize_path(self, path: Path, events: int | None, pairs: Counter | None = None,
+                             size: int = 0) -> bool:
         """``.tmp`` -> ``.buf``; an empty file is deleted. ``events`` None: a
-        leftover of an earlier run (or a stranded file, counted already),
-        counted from its content the first time it is seen."""
-        leftover = events is None
-        if leftover:
-            known = self._stranded.get(path)
-            if known is None:
-                events, pairs = tally_records(path)
-                self._pending += events
-                self.backlog.add_counts(pairs)
-            else:
-                events, pairs = known
-        pairs = pairs if pairs is not None else Counter()
-        try:
-            if path.stat().st_size == 0:
-                path.unlink()
-                self._stranded.pop(path, None)
-                self._release(events, pairs)
-                return False
-            final = path.with_suffix(".buf")
-            os.rename(path, final)
-        except FileNotFoundError:
+        leftover of an earlier run (or a stranded file, counted already)."""
+        if events is None:
+            counts = await asyncio.to_thread(self._leftover_counts_io, path)
+            events, pairs, size = self._count_leftover(path, counts)
+            leftover = True
+        else:
+            leftover = False
+        outcome = await asyncio.to_thread(_rename_or_drop, path)
+        return self._apply_finalize(path, outcome, events, pairs or Counter(), size, leftover)
+
+    def _leftover_counts_io(self, path: Path) -> tuple[int, Counter, int] | None:
+        if path in self._stranded:
+            return None
+        events, pairs = tally_records(path)
+        return events, pairs, _size(path)
+
+    def _count_leftover(self, path: Path, counts) -> tuple[int, Counter, int]:
+        known = self._stranded.get(path)
+        if known is not None:
+            return known
+        if counts is None:  # stranded when read, finalized since: nothing left to count
+            return 0, Counter(), 0
+        events, pairs, size = counts
+        self._pending += events
+        self._bytes += size
+        self.backlog.add_counts(pairs)
+        return events, pairs, size
+
+    def _apply_finalize(self, path: Path, outcome: str | OSError, events: int,
+                        pairs: Counter, size: int, leftover: bool = True) -> bool:
+        if outcome in ("deleted", "gone"):
             self._stranded.pop(path, None)
-            self._release(events, pairs)
+            self._release(events, pairs, size)
             return False
-        except OSError as exc:
-            logger.error("spool: cannot finalize {}: {}", path, exc)
-            self._stranded[path] = (events, pairs)
+        if isinstance(outcome, OSError):
+            logger.error("spool: cannot finalize {}: {}", path, outcome)
+            self._stranded[path] = (events, pairs, size)
             return False
+        final = path.with_suffix(".buf")
         self._stranded.pop(path, None)
         if leftover:
             logger.info("spool: finalized leftover {} ({} event(s))", final.name, events)
         self._file_events[final.name] = events
         self._file_pairs[final.name] = pairs
+        self._file_bytes[final.name] = size
         return True
 
-    def _release(self, events: int, pairs: Mapping[tuple[str, str], int]) -> None:
+    def _release(self, events: int, pairs: Mapping[tuple[str, str], int], size: int) -> None:
         """A file's counted events will never be replayed (it vanished, or was empty)."""
         self._pending = max(0, self._pending - events)
+        self._bytes = max(0, self._bytes - size)
         self.backlog.remove_counts(pairs)
 
     # -- maintenance ---------------------------------------------------------------
@@ -442,10 +504,10 @@ class Spool(AsyncioActor):
         """Push maintenance on: the drain does nothing (no finalizing, no replay)."""
         self._paused = True
 
-    def resume(self) -> None:
+    async def resume(self) -> None:
         """Push maintenance off: finalize the active file and drain at once."""
         self._paused = False
-        self.finalize()
+        await self.finalize()
         self._wake.set()
 
     def kick(self) -> None:
@@ -460,11 +522,13 @@ class Spool(AsyncioActor):
     # -- draining --------------------------------------------------------------------
 
     async def recover(self) -> int:
-        """Startup: finalize leftover ``.tmp`` files, then replay every ``.buf``
-        oldest first, stopping at the first failure (the drain goes on later).
-        Returns the number of events replayed. While paused (booting with
-        maintenance on) nothing is replayed: the drain does it on resume."""
-        self._finalize_leftovers()
+        """Startup: set aside what older versions left in ``failed/``, finalize
+        leftover ``.tmp`` files, then replay every ``.buf`` oldest first,
+        stopping at the first failure (the drain goes on later). Returns the
+        number of events replayed. While paused (booting with maintenance on)
+        nothing is replayed: the drain does it on resume."""
+        await self._import_failed_files()
+        await self._finalize_leftovers()
         if self._paused:
             return 0
         replayed = 0
@@ -472,7 +536,7 @@ class Spool(AsyncioActor):
         async def run() -> None:
             nonlocal replayed
             async with self._drain_lock:
-                for path in self._buf_files():
+                for path in await asyncio.to_thread(self._buf_files):
                     outcome, n = await self._drain_file(path)
                     replayed += n
                     if outcome != "ok":
@@ -482,6 +546,19 @@ class Spool(AsyncioActor):
         except asyncio.TimeoutError:
             logger.warning("spool: recovery stopped after {} s; the drain continues", self._recover_limit_s)
         return replayed
+
+    async def _import_failed_files(self) -> None:
+        try:
+            files, entries = await asyncio.to_thread(
+                import_failed_files, self.quarantine, self.failed_dir, read_records)
+        except OSError as exc:
+            logger.error("spool: cannot move {} into the quarantine: {}", self.failed_dir, exc)
+            return
+        if files:
+            logger.warning("spool: {} file(s) an earlier version set aside in {} are now {} "
+                           "quarantined event(s): GET /api/v1/system/spool/quarantine",
+                           files, self.failed_dir, entries)
+        self.quarantined_events = len(await asyncio.to_thread(self.quarantine.ids))
 
     async def _drain_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -508,7 +585,7 @@ class Spool(AsyncioActor):
         await self._self.finalize()
         async with self._drain_lock:
             limit = self._files_per_cycle if self._db_healthy else 1
-            for path in self._buf_files()[:limit]:
+            for path in (await asyncio.to_thread(self._buf_files))[:limit]:
                 if self._paused:
                     return
                 outcome, _ = await self._drain_file(path)
@@ -520,39 +597,36 @@ class Spool(AsyncioActor):
         ok | transient | permanent | quarantined | paused | gone."""
         name = path.name
         try:
-            events, skipped, torn = await asyncio.to_thread(read_records, path)
+            events, bad, torn = await asyncio.to_thread(read_records, path, True)
         except FileNotFoundError:
             self._forget(name)
             return "gone", 0
         except OSError as exc:
             logger.error("spool: cannot read {}: {}", name, exc)
-            return self._permanent_failure(path, exc), 0
-        if skipped or torn:
-            logger.warning("spool: {}: {} unparseable record(s) skipped{}", name, skipped,
-                           ", torn last record ignored" if torn else "")
+            return self._unreadable(path, exc), 0
+        if name not in self._file_events:  # appeared behind our back (copied in, restored)
+            self._count_found(path)
+        if torn:
+            logger.warning("spool: {}: torn last record ignored (it was never acknowledged)", name)
+        if bad and name not in self._raw_quarantined:
+            try:
+                await self._quarantine_raw(name, bad)
+            except OSError as exc:
+                logger.error("spool: cannot quarantine unparseable records of {}: {}", name, exc)
+                return "permanent", 0
         start = self._progress.get(name, 0)
         done = 0
         for i in range(start, len(events), self._max_batch):
             if self._paused:
                 return "paused", done
-            chunk = events[i:i + self._max_batch]
-            try:
-                await self._replay(chunk)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._progress[name] = i
-                if self._transient(exc):
-                    self._transient_failure(name, exc)
-                    return "transient", done
-                return self._permanent_failure(path, exc), done
-            # Committed: these events no longer hold their partitions back.
-            self._settle_chunk(name, i, chunk)
-            done += len(chunk)
-            self._progress[name] = i + len(chunk)
-            self.replayed_events += len(chunk)
+            stop = min(i + self._max_batch, len(events))
+            outcome, reached, committed = await self._replay_range(name, events, i, stop)
+            done += committed
+            if outcome != "ok":
+                return outcome, done
+            del reached
         try:
-            path.unlink()
+            await asyncio.to_thread(path.unlink)
         except FileNotFoundError:
             pass
         except OSError as exc:  # replayed; a second replay is deduplicated anyway
@@ -563,8 +637,92 @@ class Spool(AsyncioActor):
         self._transient_streak = 0
         return "ok", done
 
+    async def _replay_range(self, name: str, events: list[dict], lo: int,
+                            hi: int) -> tuple[str, int, int]:
+        """Replay ``events[lo:hi]`` in order. A range the database rejects for
+        good is split in halves until the rejected event stands alone, which
+        is quarantined; every other event is committed, in order. Events that
+        could never be stored (an older version did not check them) go to the
+        quarantine without a round trip. Returns ``(outcome, reached,
+        committed)``: ``ok`` or ``transient`` (or ``permanent`` when the
+        quarantine cannot be written), every event before ``reached`` is
+        settled (committed or quarantined)."""
+        committed = 0
+        todo: list[tuple[int, int]] = [(lo, hi)]  # a stack: the leftmost range on top
+        while todo:
+            a, b = todo.pop()
+            if b == _INVALID:  # set aside without a round trip
+                reason, error = "invalid", event_problem(events[a]) or "invalid event"
+            else:
+                k = next((k for k in range(a, b) if event_problem(events[k]) is not None), None)
+                if k is not None:  # split around it: [a, k) first, then k, then (k, b)
+                    if k + 1 < b:
+                        todo.append((k + 1, b))
+                    todo.append((k, _INVALID))
+                    if a < k:
+                        todo.append((a, k))
+                    continue
+                try:
+                    await self._replay(events[a:b])
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    if self._transient(exc):
+                        self._progress[name] = a
+                        self._transient_failure(name, exc)
+                        return "transient", a, committed
+                    if b - a > 1:
+                        mid = (a + b) // 2
+                        todo.append((mid, b))
+                        todo.append((a, mid))
+                        continue
+                    reason, error = "rejected", _describe(exc)
+                else:
+                    committed += b - a
+                    self.replayed_events += b - a
+                    reason = None
+            if reason is not None:
+                b = a + 1
+                if not await self._quarantine_event(name, a, events[a], reason, error):
+                    self._progress[name] = a
+                    return "permanent", a, committed
+            # Settled (committed or set aside): these events no longer hold their partitions back.
+            self._settle_chunk(name, a, events[a:b])
+            self._progress[name] = b
+        return "ok", hi, committed
+
+    async def _quarantine_event(self, name: str, index: int, event: dict, reason: str,
+                                error: str) -> bool:
+        """Set one event aside durably; False when the quarantine cannot be
+        written (the file then stays where it is and is retried)."""
+        ident = entry_id(name, index)
+        try:
+            new = await asyncio.to_thread(self.quarantine.put, ident, reason=reason, error=error,
+                                          origin_file=name, index=index, event=event)
+        except OSError as exc:
+            logger.error("spool: cannot quarantine event {} of {}: {}", index, name, exc)
+            return False
+        if new:
+            self.quarantined_events += 1
+        queue, partition = event_pair(event) if isinstance(event, Mapping) else (None, None)
+        logger.error("spool: event {} of {} ({}/{}, transactionId {}) quarantined as {}: {}",
+                     index, name, queue, partition,
+                     event.get("transactionId") if isinstance(event, Mapping) else None,
+                     ident, error)
+        return True
+
+    async def _quarantine_raw(self, name: str, bad: list[tuple[int, bytes]]) -> None:
+        for index, raw in bad:
+            ident = entry_id(name, index, raw=True)
+            if await asyncio.to_thread(self.quarantine.put, ident, reason="unparseable",
+                                       error="record is not valid JSON", origin_file=name,
+                                       index=index, raw=raw):
+                self.quarantined_events += 1
+        self._raw_quarantined.add(name)
+        logger.error("spool: {} unparseable record(s) of {} quarantined", len(bad), name)
+
     def _settle_chunk(self, name: str, start: int, chunk: list[dict]) -> None:
-        """Take the replayed chunk ``events[start:start + len(chunk)]`` off the
+        """Take the settled chunk ``events[start:start + len(chunk)]`` off the
         backlog. Events settled before (a chunk replayed twice) subtract
         nothing, nor do events the file never counted (a file that reappeared
         after its replay, a push whose failed write could not be cut off)."""
@@ -577,7 +735,7 @@ class Spool(AsyncioActor):
         self._settled[name] = end
         fresh = chunk[max(0, settled - start):]
         gone: dict[tuple[str, str], int] = {}
-        for pair, n in Counter(event_pair(e) for e in fresh).items():
+        for pair, n in Counter(event_pair(e) for e in fresh if isinstance(e, Mapping)).items():
             have = left.get(pair, 0)
             k = min(have, n)
             if k <= 0:
@@ -592,43 +750,41 @@ class Spool(AsyncioActor):
     def _transient(self, exc: BaseException) -> bool:
         try:
             return bool(self._is_transient(exc))
-        except Exception:  # a broken classifier must never get a file quarantined
+        except Exception:  # a broken classifier must never get an event quarantined
             logger.exception("spool: is_transient failed; treating the error as transient")
             return True
 
     def _transient_failure(self, name: str, exc: BaseException) -> None:
+        if self._db_healthy:  # one line per outage, not one per 100 ms cycle
+            logger.warning("spool: replay of {} failed, database unreachable ({}); keeping it",
+                           name, exc)
         self._db_healthy = False
         self._permanent.pop(name, None)
         self._transient_streak += 1
-        logger.warning("spool: replay of {} failed, database unreachable ({}); keeping it", name, exc)
         if self._transient_streak >= self._cooldown_after:
             self._cooldown_until = asyncio.get_running_loop().time() + self._cooldown_s
             self._transient_streak = 0
-            logger.warning("spool: {} transient failures in a row; cooling down {} s",
-                           self._cooldown_after, self._cooldown_s)
+            logger.info("spool: {} transient failures in a row; cooling down {} s",
+                        self._cooldown_after, self._cooldown_s)
 
-    def _permanent_failure(self, path: Path, exc: BaseException) -> str:
+    def _unreadable(self, path: Path, exc: BaseException) -> str:
+        """A file that cannot be read: retried, then moved to ``failed/`` whole
+        (its events cannot be told apart, so none can be set aside alone)."""
         name = path.name
         self._transient_streak = 0
         n = self._permanent.get(name, 0) + 1
         self._permanent[name] = n
         if n < self._quarantine_after:
-            logger.warning("spool: replay of {} rejected ({}/{}): {}", name, n,
-                           self._quarantine_after, exc)
+            logger.warning("spool: {} unreadable ({}/{}): {}", name, n, self._quarantine_after, exc)
             return "permanent"
         try:
             os.makedirs(self.failed_dir, mode=0o755, exist_ok=True)
             os.rename(path, self.failed_dir / name)
         except OSError as err:
-            logger.error("spool: cannot quarantine {}: {}", name, err)
+            logger.error("spool: cannot move unreadable {} aside: {}", name, err)
             return "permanent"
-        logger.error("spool: {} rejected {} times in a row ({}); moved to {}", name, n, exc,
+        logger.error("spool: {} unreadable {} times in a row ({}); moved to {}", name, n, exc,
                      self.failed_dir)
-        left = self._file_pairs.get(name)
-        if left:
-            logger.error("spool: {} unreplayed event(s) of {} in {} partition(s) leave the "
-                         "replay order; new pushes to them are no longer held back",
-                         sum(left.values()), name, len(left))
         self.quarantined_files += 1
         self._forget(name)
         return "quarantined"
@@ -637,29 +793,70 @@ class Spool(AsyncioActor):
         """The file left the main directory: it is no longer pending."""
         n = self._file_events.pop(name, fallback)
         self._pending = max(0, self._pending - n)
+        self._bytes = max(0, self._bytes - self._file_bytes.pop(name, 0))
         self._settled.pop(name, None)
+        self._raw_quarantined.discard(name)
         left = self._file_pairs.pop(name, None)
         if left:  # replayed ones were taken off chunk by chunk; the rest never will be
             self.backlog.remove_counts(left)
         self._permanent.pop(name, None)
         self._progress.pop(name, None)
 
+    # -- the quarantine (actor messages for the operator's routes) --------------------
+
+    async def quarantine_list(self) -> list[dict]:
+        """Every entry, without its payload, oldest origin first."""
+        entries = await asyncio.to_thread(self.quarantine.entries)
+        self.quarantined_events = len(entries)
+        return [_summary(e) for e in entries]
+
+    async def quarantine_get(self, ident: str) -> dict | None:
+        return await asyncio.to_thread(self.quarantine.get, ident)
+
+    async def quarantine_discard(self, ident: str) -> bool:
+        entry = await asyncio.to_thread(self.quarantine.get, ident)
+        if entry is None or not await asyncio.to_thread(self.quarantine.remove, ident):
+            return False
+        self.quarantined_events = max(0, self.quarantined_events - 1)
+        logger.warning("spool: quarantined event {} discarded by an operator ({})", ident,
+                       _summary(entry).get("transactionId"))
+        return True
+
+    async def quarantine_replay(self, ident: str, overrides: Mapping[str, str]) -> dict:
+        """Push one quarantined event now (with the operator's ``queue`` /
+        ``partition`` overrides); the entry is removed once it committed.
+        Raises ``LookupError`` (no such entry), ``ValueError`` (it still cannot
+        be stored), or the replay's own error (database down...)."""
+        entry = await asyncio.to_thread(self.quarantine.get, ident)
+        if entry is None:
+            raise LookupError(ident)
+        event = entry.get("event")
+        if not isinstance(event, dict):
+            raise ValueError("this record was never valid JSON; it can only be discarded")
+        event = {**event, **{k: v for k, v in overrides.items() if k in ("queue", "partition")}}
+        problem = event_problem(event)
+        if problem is not None:
+            raise ValueError(problem)
+        results = await self._replay([event])
+        await asyncio.to_thread(self.quarantine.remove, ident)
+        self.quarantined_events = max(0, self.quarantined_events - 1)
+        status = results[0]["status"] if results else "queued"
+        logger.info("spool: quarantined event {} replayed ({}/{}): {}", ident, event.get("queue"),
+                    event.get("partition"), status)
+        return {"id": ident, "status": status, "queue": event.get("queue"),
+                "partition": event.get("partition") or "Default",
+                "transactionId": event.get("transactionId")}
+
     # -- stats -------------------------------------------------------------------------
 
-    def stats(self) -> dict[str, Any]:
-        pending_files = len(self._buf_files()) + (1 if self._active_events else 0)
-        count = total = 0
-        try:
-            with os.scandir(self.failed_dir) as it:
-                for entry in it:
-                    if entry.is_file():
-                        count += 1
-                        total += entry.stat().st_size
-        except OSError:
-            pass
+    async def stats(self) -> dict[str, Any]:
+        count, total = await asyncio.to_thread(_dir_usage, self.failed_dir)
         return {
             "pendingCount": max(0, self._pending),
-            "pendingFiles": pending_files,
+            "pendingFiles": len(self._file_events) + (1 if self._active_events else 0),
+            "pendingBytes": self._bytes,
+            "maxBytes": self._max_bytes,
+            "rejectedFull": self.rejected_full,
             "failedCount": self._failed,
             "failedFiles": {"count": count, "totalBytes": total,
                             "totalMB": round(total / (1024 * 1024), 2)},
@@ -669,4 +866,69 @@ class Spool(AsyncioActor):
             "backlogPartitions": self.backlog.partitions(),
             "replayedEvents": self.replayed_events,
             "quarantinedFiles": self.quarantined_files,
+            "quarantinedEvents": self.quarantined_events,
         }
+
+
+# -- blocking helpers (run in a thread) ----------------------------------------------
+
+_INVALID = -1  # a range's end marking "quarantine this one event, no round trip"
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or exc.__class__.__name__
+    return text if len(text) < 2000 else text[:2000] + "..."
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _sync_and_close(fd: int, path: Path | None, sync: bool) -> None:
+    try:
+        if sync:
+            os.fsync(fd)
+    except OSError as exc:
+        logger.warning("spool: fsync of {} failed: {}", path, exc)
+    finally:
+        os.close(fd)
+
+
+def _rename_or_drop(path: Path) -> str | OSError:
+    """``.tmp`` -> ``.buf``: 'renamed'; an empty file is unlinked: 'deleted';
+    'gone' when it vanished; the OSError when it cannot be renamed now."""
+    try:
+        if path.stat().st_size == 0:
+            path.unlink()
+            return "deleted"
+        os.rename(path, path.with_suffix(".buf"))
+    except FileNotFoundError:
+        return "gone"
+    except OSError as exc:
+        return exc
+    return "renamed"
+
+
+def _dir_usage(directory: Path) -> tuple[int, int]:
+    count = total = 0
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                if entry.is_file():
+                    count += 1
+                    total += entry.stat().st_size
+    except OSError:
+        pass
+    return count, total
+
+
+def _summary(entry: Mapping[str, Any]) -> dict:
+    event = entry.get("event") if isinstance(entry.get("event"), Mapping) else {}
+    return {"id": entry.get("id"), "reason": entry.get("reason"), "error": entry.get("error"),
+            "quarantinedAt": entry.get("quarantinedAt"), "originFile": entry.get("originFile"),
+            "index": entry.get("index"), "queue": event.get("queue"),
+            "partition": event.get("partition") or ("Default" if event else None),
+            "transactionId": event.get("transactionId")}

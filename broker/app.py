@@ -22,10 +22,10 @@ from broker.config import Settings
 from broker.crypto import PayloadCipher
 from broker.http import CORS_HEADERS, error
 from broker.auth import Authenticator
-from broker.routes import ack, admin, ops, pop, push, system
+from broker.routes import ack, admin, ops, pop, push, quarantine, system
 from broker.telemetry import telemetry
 from broker.store.db import (Store, StoreConflict, StoreError, StoreInvalidValue,
-                             StoreUnavailable)
+                             StoreUnavailable, fails_every_request)
 from broker.wire import BadRequest
 
 
@@ -45,6 +45,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         app.blueprint(module.bp)
     app.blueprint(admin.bp)
     app.blueprint(system.bp)
+    app.blueprint(quarantine.bp)
     for blueprint in ops.blueprints:
         app.blueprint(blueprint)
     app.ctx.auth = Authenticator(settings)
@@ -100,7 +101,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             settings.file_buffer_dir, replay=lambda events: push.replay_spooled(app, events),
             events_per_file=settings.file_buffer_events_per_file,
             max_batch=settings.file_buffer_max_batch, flush_ms=settings.file_buffer_flush_ms,
-            is_transient=lambda exc: isinstance(exc, (StoreUnavailable, StoreConflict)),
+            max_bytes=settings.file_buffer_max_bytes,
+            is_transient=lambda exc: fails_every_request(exc) or isinstance(exc, StoreConflict),
             start_paused=flags.push).proxy()
         app.ctx.spool = spool
         flags.listeners.append(
@@ -112,10 +114,12 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             logger.info("spool: replayed {} event(s) left by a previous run", replayed)
         app.ctx.push_batcher = Batcher.start(
             store.push, max_items=settings.push_max_batch_items,
-            max_concurrent=settings.push_max_concurrent, name="push").proxy()
+            max_concurrent=settings.push_max_concurrent, name="push",
+            retry_alone=lambda exc: not fails_every_request(exc)).proxy()
         app.ctx.ack_batcher = Batcher.start(
             store.ack, max_items=settings.ack_max_batch_items,
-            max_concurrent=settings.ack_max_concurrent, name="ack").proxy()
+            max_concurrent=settings.ack_max_concurrent, name="ack",
+            retry_alone=lambda exc: not fails_every_request(exc)).proxy()
         app.ctx.jobs = await start_jobs(store=store, settings=settings, telemetry=telemetry,
                                         gauges=lambda: gauges(app))
         logger.info("broker {} serving on http://{}:{}", settings.queen_server_id,

@@ -292,6 +292,10 @@ VARIABLES: list[Variable] = [
        _POSITIVE),
     _v("FILE_BUFFER_EVENTS_PER_FILE", "10000", "int", "Events per spool file before rotating.",
        _POSITIVE),
+    _v("FILE_BUFFER_MAX_BYTES", "1073741824", "bytes",
+       "Most bytes of spool files waiting to be replayed; a push that would pass it answers 503 "
+       "with Retry-After instead of being acknowledged (the quarantine is not counted).",
+       _POSITIVE),
     # Background jobs
     _v("RETENTION_INTERVAL", "5000", "ms", "How often the retention job runs.", _POSITIVE),
     _v("RETENTION_BATCH_SIZE", "1000", "int", "Messages deleted per retention round trip.",
@@ -388,6 +392,7 @@ class Settings:
     file_buffer_flush_ms: int
     file_buffer_max_batch: int
     file_buffer_events_per_file: int
+    file_buffer_max_bytes: int
     # Background jobs
     retention_interval: int
     retention_batch_size: int

@@ -15,8 +15,8 @@ import uuid_utils
 
 from broker.store.db import QUEUE_MODE, AckRow
 from broker.store.sql import QUEUE_OPTIONS
+from broker.validate import MAX_NAME, Invalid, check_push
 
-MAX_NAME = 255
 MAX_POP_BATCH = 10_000       # messages one pop may return
 MAX_POP_PARTITIONS = 1_000   # partitions one wildcard pop may claim
 
@@ -97,6 +97,9 @@ class PushItem:
 
 
 def parse_push_item(item: Any, index: int, default_payload: Any = None) -> PushItem:
+    """One item of a push or transaction: the types first (Queen's messages),
+    then the acceptance rule of :mod:`broker.validate`, so an item is never
+    acknowledged that PostgreSQL would refuse."""
     if not isinstance(item, dict):
         raise BadRequest(f"items[{index}] must be an object")
     queue = _name(item.get("queue"), "Queue must be a string")
@@ -109,17 +112,16 @@ def parse_push_item(item: Any, index: int, default_payload: Any = None) -> PushI
         txid = new_uuid7()
     elif not isinstance(txid, str):
         raise BadRequest("TransactionId must be a string")
-    elif len(txid) > MAX_NAME:
-        raise BadRequest(f"TransactionId must be at most {MAX_NAME} characters")
     trace = item.get("traceId")
-    if trace is not None and trace != "":
-        if not isinstance(trace, str):
-            raise BadRequest("TraceId must be a string")
-        if not is_uuid(trace):
-            raise BadRequest(f"TraceId must be a UUID, got {trace!r}")
-    else:
+    if trace == "":
         trace = None
+    elif trace is not None and not isinstance(trace, str):
+        raise BadRequest("TraceId must be a string")
     payload = item["payload"] if "payload" in item else default_payload
+    try:
+        check_push(queue, partition, txid, trace, payload, f"items[{index}]")
+    except Invalid as exc:
+        raise BadRequest(str(exc)) from None
     return PushItem(queue, partition, payload, txid, trace)
 
 

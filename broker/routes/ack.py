@@ -6,7 +6,7 @@ from typing import Any
 from sanic import Blueprint, Request
 
 from broker.http import error, json, read_json
-from broker.routes.push import to_rows, wake_after_commit
+from broker.routes.push import checked_producer_sub, to_rows, wake_after_commit
 from broker.store.db import TransactionAborted, run_transaction
 from broker.telemetry import telemetry
 from broker.wire import (BadRequest, ack_result, body_object, iso_milli, is_uuid, new_uuid7,
@@ -98,7 +98,7 @@ async def transaction(request: Request):
         return error("Pushes to this partition are still being replayed from the spool "
                      "after a database outage; retry shortly", 503)
     push_items = [x for k, x in flat if k == "push"]
-    producer_sub = getattr(request.ctx, "producer_sub", None)
+    producer_sub = checked_producer_sub(request)
     push_rows = (iter(await to_rows(app, push_items, producer_sub)) if push_items
                  else iter(()))
     steps: list[tuple[str, list]] = []

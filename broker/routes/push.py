@@ -6,11 +6,12 @@ from __future__ import annotations
 from loguru import logger
 from sanic import Blueprint, Request
 
-from actors.spool import SpoolError
+from actors.spool import SpoolError, SpoolFull
 from broker.http import json, read_json
 from broker.store.db import PushRow, StoreUnavailable
 from broker.telemetry import telemetry
-from broker.wire import PushItem, new_uuid7, parse_push, push_result
+from broker.validate import Invalid, check_name
+from broker.wire import BadRequest, PushItem, new_uuid7, parse_push, push_result
 
 bp = Blueprint("push")
 
@@ -33,6 +34,17 @@ async def to_rows(app, items: list[PushItem], producer_sub: str | None = None) -
     return rows
 
 
+def checked_producer_sub(request: Request) -> str | None:
+    """The JWT ``sub`` stamped on pushed messages (never the client's word),
+    held to the same acceptance rule as the items."""
+    sub = getattr(request.ctx, "producer_sub", None)
+    try:
+        check_name(sub, "token sub", required=False)
+    except Invalid as exc:
+        raise BadRequest(f"{exc}; it is stored as producerSub") from None
+    return sub
+
+
 def wake_after_commit(app, pairs: set[tuple[str, str]]) -> None:
     """Committed pushes wake parked pops here and on peers (never before commit)."""
     if pairs:
@@ -42,7 +54,7 @@ def wake_after_commit(app, pairs: set[tuple[str, str]]) -> None:
 @bp.post("/api/v1/push")
 async def push(request: Request):
     app = request.app
-    producer_sub = getattr(request.ctx, "producer_sub", None)  # JWT sub; never the client's
+    producer_sub = checked_producer_sub(request)
     items = parse_push(read_json(request))
     if not items:
         return json([], status=201)
@@ -83,18 +95,29 @@ async def _spool(app, items: list[PushItem], rows: list[PushRow] | None,
                        "producerSub": row.producer_sub if row else producer_sub})
     try:
         await app.ctx.spool.append(events)
+    except SpoolFull as exc:
+        logger.warning("push: {} ({} item(s) refused)", exc, len(items))
+        telemetry.messages["spool_full"] += len(items)
+        return _retry_later(json({"error": str(exc)}, status=503))
     except SpoolError as exc:
         logger.error("push: spool write failed for {} item(s): {}", len(items), exc)
         telemetry.messages["spool_failed"] += len(items)
-        return json([{"index": n, "status": "failed", "queue": i.queue, "partition": i.partition,
-                      "transactionId": i.transaction_id, "error": str(exc)}
-                     for n, i in enumerate(items)], status=500)
+        return _retry_later(json(
+            [{"index": n, "status": "failed", "queue": i.queue, "partition": i.partition,
+              "transactionId": i.transaction_id, "error": str(exc)}
+             for n, i in enumerate(items)], status=503))
     telemetry.messages["buffered"] += len(items)
     return json([{"index": n, "status": "buffered", "queue": i.queue, "partition": i.partition,
                   "transactionId": i.transaction_id} for n, i in enumerate(items)], status=201)
 
 
-async def replay_spooled(app, events: list[dict]) -> None:
+def _retry_later(response):
+    """Nothing was acknowledged; the client may send the same push again."""
+    response.headers["Retry-After"] = "1"
+    return response
+
+
+async def replay_spooled(app, events: list[dict]) -> list:
     """The spool's replay: one transaction per chunk, transactionIds kept, so a
     replay after a crash finds duplicates and counts them as success."""
     cipher = app.ctx.cipher
@@ -112,3 +135,4 @@ async def replay_spooled(app, events: list[dict]) -> None:
     results = await app.ctx.store.push(rows)
     wake_after_commit(app, {(r.queue, r.partition) for r, res in zip(rows, results)
                             if res["status"] == "queued"})
+    return results

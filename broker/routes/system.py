@@ -53,8 +53,12 @@ async def _buffer(app) -> dict:
     return {
         "bufferedMessages": stats["pendingCount"],
         "bufferHealthy": stats["healthy"],
+        "quarantinedEvents": stats["quarantinedEvents"],
         "bufferStats": {"pendingCount": stats["pendingCount"], "failedCount": stats["failedCount"],
                         "dbHealthy": stats["dbHealthy"],
+                        "pendingBytes": stats["pendingBytes"], "maxBytes": stats["maxBytes"],
+                        "rejectedFull": stats["rejectedFull"],
+                        "quarantinedEvents": stats["quarantinedEvents"],
                         "failedFiles": {**failed, "failoverCount": failed["count"],
                                         "qos0Count": 0}},
     }

@@ -52,6 +52,13 @@ class StoreConflict(StoreError):
     """PostgreSQL aborted the transaction (deadlock, serialization); safe to rerun."""
 
 
+def fails_every_request(exc: BaseException) -> bool:
+    """An error about the database rather than about one request: every
+    request of a folded round trip would meet it alike, so none is retried
+    alone, and a spooled event that meets it is kept for a later replay."""
+    return isinstance(exc, StoreUnavailable)
+
+
 @contextlib.contextmanager
 def _mapped_errors():
     try:

@@ -186,7 +186,7 @@ def test_unwritable_spool_reports_each_item_failed(db, brokers, tmp_path, queue_
         shutil.rmtree(spool_dir)
         spool_dir.write_text("not a directory")  # every file operation now fails
         r = push(b.url, queue_name, "p", ["x1", "x2"])
-        assert r.status_code == 500
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"  # not acknowledged
         body = r.json()
         assert [x["status"] for x in body] == ["failed", "failed"]
         assert all(x["error"] for x in body)

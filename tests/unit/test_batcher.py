@@ -108,3 +108,37 @@ async def test_an_idle_batcher_sends_a_lone_request_at_once():
         assert stats["requests"] == 1 and stats["round_trips"] == 1
     finally:
         await ref.stop(block=False)
+
+
+class Down(ConnectionError):
+    pass
+
+
+async def test_an_outage_fails_every_folded_request_at_once():
+    """Issue 8: when the fold fails for a reason every request shares (the
+    database is down), no request is retried alone: all fail in one round
+    trip, so each caller can spool at once instead of waiting N timeouts."""
+    calls: list[list] = []
+    gate = asyncio.Event()
+
+    async def flush(items):
+        calls.append(list(items))
+        await gate.wait()
+        raise Down("connection refused")
+
+    ref = Batcher.start(flush, max_items=1000, max_concurrent=1, name="t",
+                        retry_alone=lambda exc: not isinstance(exc, Down))
+    try:
+        first = asyncio.create_task(submit(ref, ["a"]))
+        proxy = ref.proxy()
+        while not calls:  # the first round trip is in flight, held open
+            await asyncio.sleep(0)
+        rest = [asyncio.create_task(submit(ref, [f"b{i}"])) for i in range(5)]
+        while (await proxy.stats())["pending"] < 5:
+            await asyncio.sleep(0)
+        gate.set()
+        outcomes = await asyncio.gather(first, *rest, return_exceptions=True)
+        assert all(isinstance(o, Down) for o in outcomes)
+        assert [len(c) for c in calls] == [1, 5]  # one fold of five, never five singles
+    finally:
+        await ref.stop(block=False)

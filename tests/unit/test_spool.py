@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import actors.spool as spool_mod
-from actors.spool import Spool, SpoolBacklog, SpoolError, encode_records, read_records
+from actors.spool import Spool, SpoolBacklog, SpoolError, SpoolFull, encode_records, read_records
 
 
 class Unreachable(ConnectionError):
@@ -322,24 +322,143 @@ async def test_transient_failures_cool_down(make, db, sdir):
     await until(lambda: len(db.rows) == 1, timeout=2)
 
 
-async def test_poison_file_is_quarantined_after_5_and_newer_files_drain(make, db, sdir):
-    """Invariant 45, second half."""
+async def test_a_rejected_event_is_quarantined_alone_and_its_neighbours_commit(make, db, sdir):
+    """Invariant 45, second half, sharpened (issue 8): a chunk the database
+    rejects for good is bisected; only the rejected event is set aside, every
+    other event commits in order, and newer files drain after it."""
     db.poison = {"bad"}
     spool = make(start_paused=True, flush_ms=2).proxy()
-    await spool.append([ev("ok1"), ev("bad")])
+    await spool.append([ev("ok1"), ev("bad"), ev("ok3")])
     await spool.finalize()
-    await spool.append([ev("ok2")])
+    await spool.append([ev("ok4")])
     await spool.finalize()
-    poison_name = files(sdir, ".buf")[0].name
+    head = files(sdir, ".buf")[0].name
     await spool.resume()
-    await until(lambda: "ok2" in db.tids())
-    assert db.calls == 6  # the head file 5 times, then the newer one
-    assert os.listdir(sdir / "failed") == [poison_name]
-    assert files(sdir, ".buf") == []
-    assert db.tids() == ["ok2"]  # the rejected chunk's transaction inserted nothing
+    await until(lambda: "ok4" in db.tids())
+    assert db.tids() == ["ok1", "ok3", "ok4"]
+    assert files(sdir, ".buf") == [] and os.listdir(sdir / "failed") == []
+    (entry,) = await spool.quarantine_list()
+    assert entry["id"] == head[:-4] + "-00000001" and entry["reason"] == "rejected"
+    assert entry["transactionId"] == "bad" and entry["originFile"] == head
+    assert "invalid input syntax" in entry["error"]
+    full = await spool.quarantine_get(entry["id"])
+    assert full["event"]["payload"] == {"n": "bad", "text": "héllo"}
     stats = await spool.stats()
-    assert stats["failedFiles"]["count"] == 1 and stats["failedFiles"]["totalBytes"] > 0
-    assert stats["pendingCount"] == 0 and stats["dbHealthy"]
+    assert stats["quarantinedEvents"] == 1 and stats["pendingCount"] == 0 and stats["dbHealthy"]
+
+
+async def test_bisection_keeps_order_around_several_rejected_events(make, db, sdir):
+    db.poison = {"t03", "t07"}
+    spool = make(start_paused=True, flush_ms=2, max_batch=10).proxy()
+    await spool.append([ev(f"t{i:02d}") for i in range(12)])
+    await spool.resume()
+    await until(lambda: "t11" in db.tids())
+    assert db.tids() == [f"t{i:02d}" for i in range(12) if i not in (3, 7)]
+    assert [e["transactionId"] for e in await spool.quarantine_list()] == ["t03", "t07"]
+    assert db.calls <= 2 + 2 * 2 * 4  # the two chunks, plus ~2 log2(10) per rejected event
+
+
+async def test_unstorable_events_of_an_older_version_are_quarantined_without_a_round_trip(
+        make, db, sdir):
+    """A file written before the acceptance rule existed may hold a NUL, a NaN
+    or a braced trace id: set aside at once, the rest replayed."""
+    sdir.mkdir()
+    bad_nul = {**ev("nul"), "payload": "a\u0000b"}
+    bad_trace = {**ev("trace"), "traceId": "{0190b7f2-6c3e-7d2a-9a41-3f5e8d1c2b7a}"}
+    body = encode_records([ev("a"), bad_nul, ev("b"), bad_trace, ev("c")])
+    body = body.replace(b'"a\\\\u0000b"', b'"a\\u0000b"')  # a real NUL escape on disk
+    (sdir / "queen-1700000000000-00000000.buf").write_bytes(body)
+    spool = make(flush_ms=10_000).proxy()
+    assert await spool.recover() == 3
+    assert db.tids() == ["a", "b", "c"] and db.calls == 3  # [a], [b], [c]: no call for the bad
+    entries = await spool.quarantine_list()
+    assert [(e["transactionId"], e["reason"]) for e in entries] == [("nul", "invalid"),
+                                                                     ("trace", "invalid")]
+    assert "NUL" in entries[0]["error"] and "traceId" in entries[1]["error"]
+
+
+async def test_unparseable_records_are_quarantined_raw(make, db, sdir):
+    sdir.mkdir()
+    good = encode_records([ev("a")])
+    junk = b"{not json"
+    (sdir / "queen-1700000000000-00000000.buf").write_bytes(
+        good + len(junk).to_bytes(4, "little") + junk + encode_records([ev("b")]))
+    spool = make(flush_ms=10_000).proxy()
+    assert await spool.recover() == 2 and db.tids() == ["a", "b"]
+    (entry,) = await spool.quarantine_list()
+    assert entry["reason"] == "unparseable" and entry["id"].endswith("-raw00000001")
+    import base64
+    assert base64.b64decode((await spool.quarantine_get(entry["id"]))["rawBase64"]) == junk
+
+
+async def test_transient_failure_during_bisection_resumes_without_losing_or_repeating(
+        make, db, sdir):
+    db.poison = {"bad"}
+    db.down_on = {3}  # [a, bad, c, d] rejected; [a, bad] rejected; then the database is down
+    spool = make(flush_ms=10_000, max_batch=4).proxy()
+    await spool.append([ev("a"), ev("bad"), ev("c"), ev("d")])
+    await spool.finalize()
+    assert await spool.recover() == 0
+    assert db.tids() == [] and await spool.quarantine_list() == []
+    assert await spool.recover() == 3
+    assert db.tids() == ["a", "c", "d"]
+    assert [e["transactionId"] for e in await spool.quarantine_list()] == ["bad"]
+
+
+async def test_files_older_versions_set_aside_become_quarantine_entries(make, db, sdir):
+    """Leftover failed/ files (whole files an older version gave up on) are
+    readable by the same tools: one entry per event, replayable."""
+    (sdir / "failed").mkdir(parents=True)
+    (sdir / "failed" / "queen-1600000000000-00000000.buf").write_bytes(
+        encode_records([ev("h1"), ev("h2")]))
+    spool = make(flush_ms=10_000).proxy()
+    await spool.recover()
+    assert os.listdir(sdir / "failed") == []
+    entries = await spool.quarantine_list()
+    assert [(e["transactionId"], e["reason"]) for e in entries] == [("h1", "legacy"),
+                                                                     ("h2", "legacy")]
+    assert (await spool.stats())["quarantinedEvents"] == 2
+    result = await spool.quarantine_replay(entries[0]["id"], {"partition": "elsewhere"})
+    assert result["status"] == "queued" and result["partition"] == "elsewhere"
+    assert db.rows[-1]["partition"] == "elsewhere" and db.tids() == ["h1"]
+    assert await spool.quarantine_discard(entries[1]["id"]) is True
+    assert await spool.quarantine_discard(entries[1]["id"]) is False
+    assert await spool.quarantine_list() == [] and (await spool.stats())["quarantinedEvents"] == 0
+
+
+async def test_replaying_a_quarantined_event_that_is_still_refused_keeps_it(make, db, sdir):
+    db.poison = {"bad"}
+    spool = make(start_paused=True, flush_ms=2).proxy()
+    await spool.append([ev("bad")])
+    await spool.resume()
+    await until(lambda: db.calls >= 1)
+    for _ in range(600):  # the entry is written right after the rejection
+        if entries := await spool.quarantine_list():
+            break
+        await asyncio.sleep(0.005)
+    assert entries, "the rejected event was never quarantined"
+    with pytest.raises(Rejected):
+        await spool.quarantine_replay(entries[0]["id"], {})
+    with pytest.raises(ValueError, match="NUL"):
+        await spool.quarantine_replay(entries[0]["id"], {"queue": "q\x00"})
+    assert len(await spool.quarantine_list()) == 1
+    db.poison = set()
+    assert (await spool.quarantine_replay(entries[0]["id"], {}))["transactionId"] == "bad"
+    assert db.tids() == ["bad"] and await spool.quarantine_list() == []
+
+
+async def test_a_push_past_the_byte_cap_is_refused_and_nothing_is_written(make, sdir):
+    spool = make(start_paused=True, max_bytes=600).proxy()
+    await spool.append([ev("a"), ev("b")])
+    before = (await spool.stats())["pendingBytes"]
+    assert 0 < before < 600
+    with pytest.raises(SpoolFull, match="FILE_BUFFER_MAX_BYTES"):
+        await spool.append([ev(f"x{i}") for i in range(5)])
+    stats = await spool.stats()
+    assert stats["pendingBytes"] == before and stats["pendingCount"] == 2
+    assert stats["rejectedFull"] == 5
+    (tmp,) = files(sdir, ".tmp")
+    assert tmp.stat().st_size == before
 
 
 # -- write failures ------------------------------------------------------------------
@@ -522,7 +641,7 @@ async def test_backlog_counts_files_found_at_start(make, db, sdir):
     assert db.tids("b") == ["b0", "b1"]
 
 
-async def test_backlog_drops_quarantined_files(make, db, sdir):
+async def test_backlog_drops_quarantined_events(make, db, sdir):
     sdir.mkdir()
     (sdir / "queen-1700000000000-00000000.buf").write_bytes(
         encode_records([ev("a0", "a"), ev("bad", "p"), ev("p1", "p"), ev("a1", "a")]))
@@ -531,14 +650,9 @@ async def test_backlog_drops_quarantined_files(make, db, sdir):
     spool = make(flush_ms=10_000, max_batch=1).proxy()  # recover() drives every attempt
     backlog = await spool.backlog_ref()
     assert counts(backlog) == {("q", "a"): 3, ("q", "p"): 2}
-    assert await spool.recover() == 1  # a0, then "bad" is rejected (1/5)
-    assert counts(backlog) == {("q", "a"): 2, ("q", "p"): 2}
-    for _ in range(4):  # 2/5 .. 5/5: quarantined; a0 is never replayed (nor subtracted) again
-        assert await spool.recover() == 0
-    assert len(os.listdir(sdir / "failed")) == 1
-    assert counts(backlog) == {("q", "a"): 1}  # the file's remaining events left the chain
-    assert await spool.recover() == 1
-    assert backlog.total() == 0 and db.tids() == ["a0", "a2"]
+    assert await spool.recover() == 4  # "bad" is set aside, the rest replayed
+    assert backlog.total() == 0 and db.tids() == ["a0", "p1", "a1", "a2"]
+    assert [e["transactionId"] for e in await spool.quarantine_list()] == ["bad"]
 
 
 async def test_backlog_keeps_counts_through_transient_failures(make, db, sdir):

@@ -81,6 +81,7 @@ async def metrics_json(request: Request):
     snap = telemetry.snapshot()
     total_requests = sum(snap["requests"].values())
     proc = _process_figures()
+    spool = await request.app.ctx.spool.stats()
     return json({
         "uptime": snap["uptime_s"],
         "requests": {"total": total_requests, "rate": requests_rate.rate(total_requests),
@@ -97,6 +98,8 @@ async def metrics_json(request: Request):
         "cpu": {"user": proc.get("cpu_user", 0), "system": proc.get("cpu_system", 0),
                 "percent": proc.get("cpu_percent", 0), "threads": proc.get("threads", 0)},
         "maintenanceMode": g["maintenance_mode"], "popMaintenanceMode": g["pop_maintenance_mode"],
+        "spool": {key: spool[key] for key in ("pendingCount", "pendingBytes", "maxBytes",
+                                              "rejectedFull", "quarantinedEvents", "dbHealthy")},
     })
 
 
@@ -170,6 +173,16 @@ class SnapshotCollector:
                         spool.get("failedCount", 0))
             yield gauge("queen_file_buffer_db_healthy", "1 when the spool sees the database",
                         1 if spool.get("dbHealthy") else 0)
+            yield gauge("queen_file_buffer_pending_bytes", "Bytes of spool files waiting to drain",
+                        spool.get("pendingBytes", 0))
+            yield gauge("queen_file_buffer_max_bytes", "Spool cap (FILE_BUFFER_MAX_BYTES)",
+                        spool.get("maxBytes", 0))
+            yield gauge("queen_file_buffer_quarantined_events",
+                        "Spooled pushes set aside because PostgreSQL refused them",
+                        spool.get("quarantinedEvents", 0))
+            yield counter("queen_file_buffer_rejected_full_total",
+                          "Pushed items refused with 503 because the spool was full", [],
+                          [([], spool.get("rejectedFull", 0))])
         yield gauge("queen_maintenance_mode_enabled", "Push maintenance mode",
                     1 if g["maintenance_mode"] else 0)
         yield gauge("queen_pop_maintenance_mode_enabled", "Pop maintenance mode",
