@@ -28,6 +28,8 @@ import math
 import re
 from typing import Any, Mapping
 
+import ujson
+
 MAX_NAME = 255
 
 _CANONICAL_UUID = re.compile(
@@ -61,27 +63,53 @@ def check_text(value: str, where: str) -> None:
         raise Invalid(where, problem)
 
 
-def check_name(value: Any, where: str, *, required: bool = True) -> None:
-    """A queue, partition or transaction id: a non-empty string PostgreSQL stores."""
+def name_problem(value: Any, required: bool = True) -> str | None:
+    """Why a queue, partition or transaction id could not be stored, or None."""
     if value is None and not required:
-        return
+        return None
     if not isinstance(value, str) or not value:
-        raise Invalid(where, "must be a non-empty string")
+        return "must be a non-empty string"
     if len(value) > MAX_NAME:
-        raise Invalid(where, f"must be at most {MAX_NAME} characters, got {len(value)}")
-    check_text(value, where)
+        return f"must be at most {MAX_NAME} characters, got {len(value)}"
+    return text_problem(value)
 
 
-def check_trace_id(value: Any, where: str) -> None:
-    if value is None:
-        return
-    if not isinstance(value, str) or not _CANONICAL_UUID.match(value):
-        raise Invalid(where, f"must be a UUID like 0190b7f2-6c3e-7d2a-9a41-3f5e8d1c2b7a, got {value!r}"[:200])
+def check_name(value: Any, where: str, *, required: bool = True) -> None:
+    problem = name_problem(value, required)
+    if problem is not None:
+        raise Invalid(where, problem)
+
+
+def trace_id_problem(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and _CANONICAL_UUID.match(value)):
+        return None
+    return f"must be a UUID like 0190b7f2-6c3e-7d2a-9a41-3f5e8d1c2b7a, got {value!r}"[:200]
+
+
+def payload_json(payload: Any, where: str) -> str:
+    """The payload as the JSON text PostgreSQL will be sent, or :class:`Invalid`.
+
+    The push has to serialize the payload once anyway; serializing it here
+    makes the check almost free: UTF-8 encoding refuses a lone surrogate, ujson writes a
+    NUL as ``\\u0000``, NaN as ``NaN`` and infinities as ``Infinity``. Only when
+    one of those letters shows up (perhaps inside an ordinary string) does the
+    exact walk of :func:`check_payload` decide."""
+    try:
+        text = ujson.dumps(payload, ensure_ascii=False, escape_forward_slashes=False)
+        if not text.isascii():
+            text.encode("utf-8")  # ujson passes lone surrogates through; this refuses them
+    except (UnicodeEncodeError, OverflowError, TypeError, ValueError):
+        check_payload(payload, where)  # names the place
+        raise Invalid(where, "is not storable as JSON") from None
+    if "\\u0000" in text or "NaN" in text or "Infinity" in text:
+        check_payload(payload, where)
+    return text
 
 
 def check_payload(payload: Any, where: str) -> None:
-    """Every string (keys too) and number of a JSON value. Iterative: ujson
-    already caps nesting at 1024 levels, and a stack never overflows here."""
+    """Every string (keys too) and number of a JSON value; raises :class:`Invalid`
+    naming the first offending place. Iterative: ujson already caps nesting at
+    1024 levels, and a stack never overflows here."""
     stack: list[tuple[Any, str]] = [(payload, where)]
     while stack:
         value, at = stack.pop()
@@ -97,25 +125,50 @@ def check_payload(payload: Any, where: str) -> None:
                 problem = text_problem(key)
                 if problem is not None:
                     raise Invalid(f"{at} key {key!r}"[:200], problem)
-                stack.append((item, f"{at}.{key}" if len(at) < 200 else at))
+            # reversed: the stack pops the first key first, so the first problem is named
+            stack.extend((item, f"{at}.{key}" if len(at) < 200 else at)
+                         for key, item in reversed(value.items()))
         elif isinstance(value, list):
             stack.extend((item, f"{at}[{i}]" if len(at) < 200 else at)
-                         for i, item in enumerate(value))
+                         for i, item in reversed(list(enumerate(value))))
         elif value is None or isinstance(value, (bool, int)):
             pass
         else:
             raise Invalid(at, f"is not a JSON value ({type(value).__name__})")
 
 
+def _names_storable(queue: Any, partition: Any, transaction_id: Any, trace_id: Any,
+                    producer_sub: Any) -> bool:
+    """The fast screen of :func:`check_push`: True when every name surely
+    passes (one join, one scan); False sends the item through the exact checks."""
+    if (type(queue) is not str or type(partition) is not str or type(transaction_id) is not str
+            or not queue or not partition or not transaction_id
+            or len(queue) > MAX_NAME or len(partition) > MAX_NAME
+            or len(transaction_id) > MAX_NAME):
+        return False
+    if producer_sub is not None and (type(producer_sub) is not str or len(producer_sub) > MAX_NAME):
+        return False
+    joined = queue + partition + transaction_id + (producer_sub or "")
+    if "\x00" in joined or not (joined.isascii() or text_problem(joined) is None):
+        return False
+    return trace_id is None or (type(trace_id) is str and _CANONICAL_UUID.match(trace_id) is not None)
+
+
 def check_push(queue: Any, partition: Any, transaction_id: Any, trace_id: Any, payload: Any,
-               where: str, producer_sub: Any = None) -> None:
-    """One push item (or one spooled event): raises :class:`Invalid`."""
-    check_name(queue, f"{where}.queue")
-    check_name(partition, f"{where}.partition")
-    check_name(transaction_id, f"{where}.transactionId")
-    check_trace_id(trace_id, f"{where}.traceId")
-    check_name(producer_sub, f"{where}.producerSub", required=False)
-    check_payload(payload, f"{where}.payload")
+               where: str, producer_sub: Any = None) -> str:
+    """One push item (or one spooled event): raises :class:`Invalid`, or
+    returns the payload's JSON text (what the store sends PostgreSQL)."""
+    if not _names_storable(queue, partition, transaction_id, trace_id, producer_sub):
+        for field, value, required in (("queue", queue, True), ("partition", partition, True),
+                                       ("transactionId", transaction_id, True),
+                                       ("producerSub", producer_sub, False)):
+            problem = name_problem(value, required)
+            if problem is not None:
+                raise Invalid(f"{where}.{field}", problem)
+        problem = trace_id_problem(trace_id)
+        if problem is not None:
+            raise Invalid(f"{where}.traceId", problem)
+    return payload_json(payload, where + ".payload")
 
 
 def event_problem(event: Mapping[str, Any]) -> str | None:

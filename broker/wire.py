@@ -94,6 +94,7 @@ class PushItem:
     payload: Any
     transaction_id: str
     trace_id: str | None
+    payload_json: str | None = None  # the payload serialized once, checked storable
 
 
 def parse_push_item(item: Any, index: int, default_payload: Any = None) -> PushItem:
@@ -119,10 +120,10 @@ def parse_push_item(item: Any, index: int, default_payload: Any = None) -> PushI
         raise BadRequest("TraceId must be a string")
     payload = item["payload"] if "payload" in item else default_payload
     try:
-        check_push(queue, partition, txid, trace, payload, f"items[{index}]")
+        text = check_push(queue, partition, txid, trace, payload, f"items[{index}]")
     except Invalid as exc:
         raise BadRequest(str(exc)) from None
-    return PushItem(queue, partition, payload, txid, trace)
+    return PushItem(queue, partition, payload, txid, trace, text)
 
 
 def parse_push(body: Any) -> list[PushItem]:

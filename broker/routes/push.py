@@ -30,6 +30,7 @@ async def to_rows(app, items: list[PushItem], producer_sub: str | None = None) -
             transaction_id=item.transaction_id, trace_id=item.trace_id,
             payload=cipher.encrypt(item.payload) if encrypt else item.payload,
             encrypted=encrypt, producer_sub=producer_sub,
+            payload_json=None if encrypt else item.payload_json,
         ))
     return rows
 

@@ -102,6 +102,7 @@ class PushRow:
     payload: Any
     encrypted: bool = False
     producer_sub: str | None = None
+    payload_json: str | None = None  # ``payload`` already serialized (and checked)
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,7 @@ class Store:
             [r.message_id for r in rows],
             [r.transaction_id for r in rows],
             [r.trace_id for r in rows],
-            [_dumps(r.payload) for r in rows],
+            [r.payload_json if r.payload_json is not None else _dumps(r.payload) for r in rows],
             [r.encrypted for r in rows],
             [r.producer_sub for r in rows],
         )
