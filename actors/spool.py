@@ -65,7 +65,7 @@ from actors.runtime import AsyncioActor
 from actors.spool_quarantine import Quarantine, entry_id, import_failed_files
 from broker.validate import event_problem
 
-__all__ = ["Spool", "SpoolBacklog", "SpoolError", "SpoolFull", "read_records"]
+__all__ = ["Spool", "SpoolBacklog", "SpoolBusy", "SpoolError", "SpoolFull", "accepted_at", "read_records"]
 
 _LEN = struct.Struct("<I")
 _NAME = re.compile(r"^queen-(\d{13})-(\d{8})\.(tmp|buf)$")
@@ -82,6 +82,11 @@ class SpoolError(Exception):
 
     Nothing of that push stays in the spool: the caller reports every item failed.
     """
+
+
+class SpoolBusy(SpoolError):
+    """A quarantined event cannot be replayed now: spooled pushes to its
+    partition (of this broker or a peer) are still waiting."""
 
 
 class SpoolFull(SpoolError):
@@ -143,15 +148,33 @@ def event_pair(event: Mapping[str, Any]) -> tuple[str, str]:
     return event.get("queue"), event.get("partition") or "Default"
 
 
-def tally_records(path: Path) -> tuple[int, Counter]:
-    """``(records, per-(queue, partition) events)`` of a spool file: complete
-    records only (a torn tail was never acknowledged); unparseable records
-    count as records but belong to no partition."""
+def tally_records(path: Path) -> tuple[int, Counter, dict]:
+    """``(records, per-(queue, partition) events, per-pair first accept time)``
+    of a spool file: complete records only (a torn tail was never
+    acknowledged); unparseable records count as records but belong to no
+    partition."""
     try:
         events, skipped, _ = read_records(path)
     except OSError:
-        return 0, Counter()
-    return len(events) + skipped, Counter(event_pair(e) for e in events)
+        return 0, Counter(), {}
+    firsts: dict[tuple[str, str], int] = {}
+    default = file_accept_us(Path(path).name)
+    for e in events:
+        firsts.setdefault(event_pair(e), accepted_at(e, default))
+    return len(events) + skipped, Counter(event_pair(e) for e in events), firsts
+
+
+def file_accept_us(name: str) -> int:
+    """The creation time of a spool file (from its name), in microseconds:
+    the accept time of events written before accept times were recorded."""
+    m = _NAME.match(name)
+    return int(m[1]) * 1000 if m else 0
+
+
+def accepted_at(event: Mapping[str, Any], default: int = 0) -> int:
+    """When this broker accepted a spooled push (its clock, microseconds)."""
+    value = event.get("acceptedAt")
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 # -- the backlog -----------------------------------------------------------------
@@ -221,19 +244,23 @@ class Spool(AsyncioActor):
     """The disk spool of one broker process; see the module docstring."""
 
     def __init__(self, directory: Path | str, *,
-                 replay: Callable[[list[dict]], Awaitable[Any]],
+                 replay: Callable[[list[dict], list[int] | None], Awaitable[Any]],
+                 register: Callable[[Mapping[tuple[str, str], int] | None], Awaitable[None]]
+                 | None = None,
                  events_per_file: int = 10000, max_batch: int = 100, flush_ms: int = 100,
                  max_bytes: int = 1 << 30,
                  is_transient: Callable[[BaseException], bool],
                  start_paused: bool = False, clock: Callable[[], float] = time.time,
                  files_per_cycle: int = 10, quarantine_after: int = 5,
                  cooldown_after: int = 10, cooldown_s: float = 5.0,
-                 recover_limit_s: float = RECOVER_LIMIT_S):
+                 recover_limit_s: float = RECOVER_LIMIT_S, settle_s: float = 1.0,
+                 owner: str = "queen"):
         super().__init__()
         self.directory = Path(directory)
         self.failed_dir = self.directory / "failed"
         self.quarantine = Quarantine(self.directory / "quarantine")
         self._replay = replay
+        self._register = register
         self._is_transient = is_transient
         self._events_per_file = max(1, int(events_per_file))
         self._max_batch = max(1, int(max_batch))
@@ -245,6 +272,9 @@ class Spool(AsyncioActor):
         self._cooldown_after = max(1, cooldown_after)
         self._cooldown_s = cooldown_s
         self._recover_limit_s = recover_limit_s
+        self._settle_s = settle_s
+        self._owner = owner
+        self.spool_id = owner  # read from (or written to) the directory at start
 
         # the active file (only touched by the actor's own handlers)
         self._fd: int | None = None
@@ -253,8 +283,9 @@ class Spool(AsyncioActor):
         self._active_size = 0
         self._active_pairs: Counter = Counter()  # (queue, partition) -> events in the active file
         self._last_name = (0, -1)  # (ms, sequence) of the newest name handed out
-        # .tmp files that could not be renamed yet -> (events, pairs, bytes) already counted
-        self._stranded: dict[Path, tuple[int, Counter, int]] = {}
+        self._active_first: dict[tuple[str, str], int] = {}  # pair -> first accept time in it
+        # .tmp files that could not be renamed yet -> (events, pairs, bytes, firsts) already counted
+        self._stranded: dict[Path, tuple[int, Counter, int, dict]] = {}
 
         self._rollback_failed = False  # a failed write could not be cut off the active file
 
@@ -271,6 +302,21 @@ class Spool(AsyncioActor):
         self._file_pairs: dict[str, Counter] = {}
         self._settled: dict[str, int] = {}  # .buf name -> events already taken off the backlog
         self._raw_quarantined: set[str] = set()  # .buf names whose unparseable records are set aside
+        self._file_first: dict[str, dict[tuple[str, str], int]] = {}  # .buf name -> pair -> first accept
+        self._draining: tuple[str, list[dict]] | None = None  # the file being replayed, its events
+
+        # the cluster-wide order (queen.spool_backlog)
+        self._last_accept = 0  # accept times only rise, also when the wall clock steps back
+        self._accept_seq = 0
+        self._registered: dict[tuple[str, str], int] = {}  # what PostgreSQL lists for us
+        self._register_dirty = False  # PostgreSQL may list more than we think (a held push)
+        self.order_exceptions = 0
+        self._late_pairs: Counter = Counter()  # bounded: the partitions with the most
+        self.waiting_for: str | None = None
+        self._registration_ok = False  # the last registration reached PostgreSQL
+        self._settle_until = 0.0  # after an outage: peers register before anyone replays
+        if register is not None:
+            self._register_dirty = True  # a crash may have left rows of ours behind
         self.backlog = SpoolBacklog()
         self._drain_lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -299,6 +345,7 @@ class Spool(AsyncioActor):
             logger.error("spool: cannot create {}: {}", self.directory, exc)
         else:
             self._scan_existing()
+            self.spool_id = self._read_spool_id()
         self._self = self.actor_ref.proxy()
         self._task = asyncio.get_running_loop().create_task(self._drain_loop(), name="spool-drain")
         logger.info("spool: {} ({} event(s) pending in {} partition(s), cap {} MB{})",
@@ -310,6 +357,32 @@ class Spool(AsyncioActor):
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         await self._finalize_active()
+
+    def _read_spool_id(self) -> str:
+        """This spool's name in queen.spool_backlog, kept in the directory: the
+        rows describe these files, so a broker restarted on them (whatever its
+        server id now) takes its old rows over instead of waiting for them."""
+        path = self.directory / "spool-id"
+        try:
+            value = path.read_text().strip()
+            if value:
+                return value
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            logger.error("spool: cannot read {}: {}", path, exc)
+            return self._owner
+        value = f"{self._owner}-{os.urandom(4).hex()}"
+        try:
+            tmp = path.with_suffix(".part")
+            tmp.write_text(value + "\n")
+            os.replace(tmp, path)
+        except OSError as exc:
+            logger.error("spool: cannot write {}: {}", path, exc)
+        return value
+
+    def identity(self) -> str:
+        return self.spool_id
 
     def _make_dirs(self) -> None:
         os.makedirs(self.directory, mode=0o755, exist_ok=True)
@@ -324,7 +397,7 @@ class Spool(AsyncioActor):
         for path in self._listdir():
             if path.suffix == ".tmp" and path != self._active:
                 counts = self._count_leftover(path, self._leftover_counts_io(path))
-                self._apply_finalize(path, _rename_or_drop(path), *counts)
+                self._apply_finalize(path, _rename_or_drop(path), *counts[:3], firsts=counts[3])
         for path in self._buf_files():
             self._count_found(path)
         self.quarantined_events = len(self.quarantine.ids())
@@ -333,7 +406,8 @@ class Spool(AsyncioActor):
         """A ``.buf`` this run did not write: count its events and bytes once."""
         if path.name in self._file_events:
             return
-        n, pairs = tally_records(path)
+        n, pairs, firsts = tally_records(path)
+        self._file_first[path.name] = firsts
         self._file_events[path.name] = n
         self._file_pairs[path.name] = pairs
         self._file_bytes[path.name] = _size(path)
@@ -358,11 +432,20 @@ class Spool(AsyncioActor):
 
     # -- writing (actor messages) ------------------------------------------------
 
-    async def append(self, events: list[dict]) -> None:
+    async def append(self, events: list[dict], registered: bool = False) -> None:
         """Write every event of one push, or none of them (raises SpoolError,
-        SpoolFull when the cap would be passed)."""
+        SpoolFull when the cap would be passed). Each event gets this broker's
+        accept time (``acceptedAt``, microseconds, never decreasing) and a
+        sequence number (``acceptSeq``). ``registered``: PostgreSQL already
+        lists this broker as holding these partitions (a held push)."""
         if not events:
             return
+        if registered:
+            self._register_dirty = True  # even if the write fails: PostgreSQL lists us now
+        accept = self._next_accept()
+        for event in events:
+            self._accept_seq += 1
+            event["acceptedAt"], event["acceptSeq"] = accept, self._accept_seq
         data = encode_records(events)
         if self._bytes + len(data) > self._max_bytes:
             self.rejected_full += len(events)
@@ -382,9 +465,15 @@ class Spool(AsyncioActor):
         self._bytes += len(data)
         pairs = Counter(event_pair(e) for e in events)
         self._active_pairs.update(pairs)
+        for pair in pairs:
+            self._active_first.setdefault(pair, accept)
         self.backlog.add_counts(pairs)
         if self._active_events >= self._events_per_file:
             await self._finalize_active()
+
+    def _next_accept(self) -> int:
+        self._last_accept = max(self._last_accept + 1, time.time_ns() // 1000)
+        return self._last_accept
 
     def _write(self, data: bytes) -> None:
         if self._fd is None:
@@ -422,7 +511,7 @@ class Spool(AsyncioActor):
             fd = os.open(path, _OPEN_FLAGS, 0o644)
         self._last_name = (ms, seq)
         self._fd, self._active, self._active_events, self._active_size = fd, path, 0, 0
-        self._active_pairs = Counter()
+        self._active_pairs, self._active_first = Counter(), {}
 
     async def finalize(self) -> bool:
         """Close the active file: rename it to ``.buf`` (drainable), or delete it
@@ -436,52 +525,54 @@ class Spool(AsyncioActor):
         if self._fd is None:
             return False
         fd, path, events, pairs = self._fd, self._active, self._active_events, self._active_pairs
-        size = self._active_size
+        size, firsts = self._active_size, self._active_first
         self._fd, self._active, self._active_events, self._active_size = None, None, 0, 0
-        self._active_pairs = Counter()
+        self._active_pairs, self._active_first = Counter(), {}
         await asyncio.to_thread(_sync_and_close, fd, path, events > 0)
-        return await self._finalize_path(path, events, pairs, size)
+        return await self._finalize_path(path, events, pairs, size, firsts)
 
     async def _finalize_path(self, path: Path, events: int | None, pairs: Counter | None = None,
-                             size: int = 0) -> bool:
+                             size: int = 0, firsts: dict | None = None) -> bool:
         """``.tmp`` -> ``.buf``; an empty file is deleted. ``events`` None: a
         leftover of an earlier run (or a stranded file, counted already)."""
         if events is None:
             counts = await asyncio.to_thread(self._leftover_counts_io, path)
-            events, pairs, size = self._count_leftover(path, counts)
+            events, pairs, size, firsts = self._count_leftover(path, counts)
             leftover = True
         else:
             leftover = False
         outcome = await asyncio.to_thread(_rename_or_drop, path)
-        return self._apply_finalize(path, outcome, events, pairs or Counter(), size, leftover)
+        return self._apply_finalize(path, outcome, events, pairs or Counter(), size, leftover,
+                                    firsts=firsts)
 
-    def _leftover_counts_io(self, path: Path) -> tuple[int, Counter, int] | None:
+    def _leftover_counts_io(self, path: Path) -> tuple[int, Counter, int, dict] | None:
         if path in self._stranded:
             return None
-        events, pairs = tally_records(path)
-        return events, pairs, _size(path)
+        events, pairs, firsts = tally_records(path)
+        return events, pairs, _size(path), firsts
 
-    def _count_leftover(self, path: Path, counts) -> tuple[int, Counter, int]:
+    def _count_leftover(self, path: Path, counts) -> tuple[int, Counter, int, dict]:
         known = self._stranded.get(path)
         if known is not None:
             return known
         if counts is None:  # stranded when read, finalized since: nothing left to count
-            return 0, Counter(), 0
-        events, pairs, size = counts
+            return 0, Counter(), 0, {}
+        events, pairs, size, firsts = counts
         self._pending += events
         self._bytes += size
         self.backlog.add_counts(pairs)
-        return events, pairs, size
+        return events, pairs, size, firsts
 
     def _apply_finalize(self, path: Path, outcome: str | OSError, events: int,
-                        pairs: Counter, size: int, leftover: bool = True) -> bool:
+                        pairs: Counter, size: int, leftover: bool = True,
+                        firsts: dict | None = None) -> bool:
         if outcome in ("deleted", "gone"):
             self._stranded.pop(path, None)
             self._release(events, pairs, size)
             return False
         if isinstance(outcome, OSError):
             logger.error("spool: cannot finalize {}: {}", path, outcome)
-            self._stranded[path] = (events, pairs, size)
+            self._stranded[path] = (events, pairs, size, firsts or {})
             return False
         final = path.with_suffix(".buf")
         self._stranded.pop(path, None)
@@ -490,6 +581,7 @@ class Spool(AsyncioActor):
         self._file_events[final.name] = events
         self._file_pairs[final.name] = pairs
         self._file_bytes[final.name] = size
+        self._file_first[final.name] = firsts or {}
         return True
 
     def _release(self, events: int, pairs: Mapping[tuple[str, str], int], size: int) -> None:
@@ -529,8 +621,11 @@ class Spool(AsyncioActor):
         nothing is replayed: the drain does it on resume."""
         await self._import_failed_files()
         await self._finalize_leftovers()
-        if self._paused:
+        if not await self._sync_registration() or self._paused:
             return 0
+        wait = self._settle_until - asyncio.get_running_loop().time()
+        if wait > 0:  # peers back from the same outage register first
+            await asyncio.sleep(wait)
         replayed = 0
 
         async def run() -> None:
@@ -572,15 +667,21 @@ class Spool(AsyncioActor):
                     pass
             started = loop.time()
             self._wake.clear()
-            if not self._paused and started >= self._cooldown_until:
-                try:
-                    await self._cycle()
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    logger.exception("spool: drain cycle failed")
+            try:
+                await self._cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("spool: drain cycle failed")
 
     async def _cycle(self) -> None:
+        # Registration first, also while paused (maintenance) and cooling down:
+        # peers must see our backlog before any of them replays past it.
+        if not await self._sync_registration() or self._paused:
+            return
+        now = asyncio.get_running_loop().time()
+        if now < self._cooldown_until or now < self._settle_until:
+            return
         # Through the inbox: never interleaves with an append.
         await self._self.finalize()
         async with self._drain_lock:
@@ -591,6 +692,82 @@ class Spool(AsyncioActor):
                 outcome, _ = await self._drain_file(path)
                 if outcome not in ("ok", "quarantined", "gone"):
                     return
+
+    # -- the cluster-wide order ----------------------------------------------------------
+
+    async def _sync_registration(self) -> bool:
+        """Tell PostgreSQL which partitions this spool holds pushes for, and
+        the accept time of the oldest one each (queen.spool_backlog), or beat
+        when nothing changed. False when PostgreSQL cannot be reached. The
+        first success after a failure (and at boot) starts a settle period in
+        which nobody replays, so every peer back from the same outage has
+        registered before the merge begins."""
+        if self._register is None:
+            return True
+        want = self._oldest_map()
+        if not want and not self._registered and not self._register_dirty:
+            return True
+        try:
+            if want != self._registered or self._register_dirty:
+                await self._register(want)
+                self._registered, self._register_dirty = want, False
+            else:
+                await self._register(None)  # heartbeat: we are alive, wait for us
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if self._registration_ok or self._db_healthy:
+                logger.warning("spool: cannot register the spool backlog ({}); will retry", exc)
+            self._registration_ok = False
+            self._db_healthy = False
+            return False
+        if not self._registration_ok:
+            self._registration_ok = True
+            self._cooldown_until, self._transient_streak = 0.0, 0
+            if want:
+                self._settle_until = asyncio.get_running_loop().time() + self._settle_s
+                logger.info("spool: backlog of {} partition(s) registered; replaying in {} s",
+                            len(want), self._settle_s)
+        return True
+
+    def _oldest_map(self) -> dict[tuple[str, str], int]:
+        """Per pending (queue, partition): the accept time of its oldest event
+        not replayed yet (files oldest first, then the active file)."""
+        out: dict[tuple[str, str], int] = {}
+        draining = self._draining
+        for name in sorted(self._file_first):
+            if draining is not None and draining[0] == name:
+                for event in draining[1][self._progress.get(name, 0):]:
+                    out.setdefault(event_pair(event), accepted_at(event))
+            else:
+                for pair, accept in self._file_first[name].items():
+                    out.setdefault(pair, accept)
+        for _events, _pairs, _size, firsts in self._stranded.values():
+            for pair, accept in firsts.items():
+                out.setdefault(pair, accept)
+        for pair, accept in self._active_first.items():
+            out.setdefault(pair, accept)
+        return out
+
+    def _next_accepts(self, name: str, events: list[dict]) -> list[int]:
+        """Per event of file ``name``: the accept time of this broker's next
+        spooled event to the same partition, or a lower bound of it (any event
+        appended from now on is accepted later than the bound)."""
+        after: dict[tuple[str, str], int] = {}
+        for other in sorted(self._file_first):
+            if other > name:
+                for pair, accept in self._file_first[other].items():
+                    after.setdefault(pair, accept)
+        for pair, accept in self._active_first.items():
+            after.setdefault(pair, accept)
+        floor = self._next_accept()
+        seen: dict[tuple[str, str], int] = {}
+        out = [0] * len(events)
+        for k in range(len(events) - 1, -1, -1):
+            pair = event_pair(events[k])
+            out[k] = seen.get(pair) or after.get(pair, floor)
+            seen[pair] = accepted_at(events[k])
+        return out
 
     async def _drain_file(self, path: Path) -> tuple[str, int]:
         """Replay one finalized file. Returns (outcome, events replayed now):
@@ -614,17 +791,22 @@ class Spool(AsyncioActor):
             except OSError as exc:
                 logger.error("spool: cannot quarantine unparseable records of {}: {}", name, exc)
                 return "permanent", 0
+        default = file_accept_us(name)
+        for event in events:  # written before accept times were recorded: the file's time
+            if not isinstance(event.get("acceptedAt"), int):
+                event["acceptedAt"] = default
+        self._draining = (name, events)
+        next_accept = self._next_accepts(name, events)
         start = self._progress.get(name, 0)
         done = 0
         for i in range(start, len(events), self._max_batch):
             if self._paused:
                 return "paused", done
             stop = min(i + self._max_batch, len(events))
-            outcome, reached, committed = await self._replay_range(name, events, i, stop)
+            outcome, committed = await self._replay_range(name, events, next_accept, i, stop)
             done += committed
             if outcome != "ok":
                 return outcome, done
-            del reached
         try:
             await asyncio.to_thread(path.unlink)
         except FileNotFoundError:
@@ -637,16 +819,17 @@ class Spool(AsyncioActor):
         self._transient_streak = 0
         return "ok", done
 
-    async def _replay_range(self, name: str, events: list[dict], lo: int,
-                            hi: int) -> tuple[str, int, int]:
+    async def _replay_range(self, name: str, events: list[dict], next_accept: list[int],
+                            lo: int, hi: int) -> tuple[str, int]:
         """Replay ``events[lo:hi]`` in order. A range the database rejects for
         good is split in halves until the rejected event stands alone, which
         is quarantined; every other event is committed, in order. Events that
         could never be stored (an older version did not check them) go to the
-        quarantine without a round trip. Returns ``(outcome, reached,
-        committed)``: ``ok`` or ``transient`` (or ``permanent`` when the
-        quarantine cannot be written), every event before ``reached`` is
-        settled (committed or quarantined)."""
+        quarantine without a round trip. An event behind a peer's earlier
+        spooled push to its partition stops the range (``waiting``): this
+        broker's own order is kept. Returns ``(outcome, committed)``: ``ok``,
+        ``waiting``, ``transient`` or ``permanent`` (the quarantine cannot be
+        written); ``self._progress`` says how far the file is settled."""
         committed = 0
         todo: list[tuple[int, int]] = [(lo, hi)]  # a stack: the leftmost range on top
         while todo:
@@ -663,14 +846,14 @@ class Spool(AsyncioActor):
                         todo.append((a, k))
                     continue
                 try:
-                    await self._replay(events[a:b])
+                    results = await self._replay(events[a:b], next_accept[a:b])
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
                     if self._transient(exc):
                         self._progress[name] = a
                         self._transient_failure(name, exc)
-                        return "transient", a, committed
+                        return "transient", committed
                     if b - a > 1:
                         mid = (a + b) // 2
                         todo.append((mid, b))
@@ -678,6 +861,13 @@ class Spool(AsyncioActor):
                         continue
                     reason, error = "rejected", _describe(exc)
                 else:
+                    waiting = self._merge_outcome(events, next_accept, a, b, results)
+                    if waiting is not None:
+                        committed += waiting - a
+                        self.replayed_events += waiting - a
+                        self._settle_chunk(name, a, events[a:waiting])
+                        self._progress[name] = waiting
+                        return "waiting", committed
                     committed += b - a
                     self.replayed_events += b - a
                     reason = None
@@ -685,11 +875,46 @@ class Spool(AsyncioActor):
                 b = a + 1
                 if not await self._quarantine_event(name, a, events[a], reason, error):
                     self._progress[name] = a
-                    return "permanent", a, committed
+                    return "permanent", committed
             # Settled (committed or set aside): these events no longer hold their partitions back.
             self._settle_chunk(name, a, events[a:b])
             self._progress[name] = b
-        return "ok", hi, committed
+        self.waiting_for = None
+        return "ok", committed
+
+    def _merge_outcome(self, events: list[dict], next_accept: list[int], a: int, b: int,
+                       results: Any) -> int | None:
+        """Read one replayed range's results: count order exceptions, note what
+        PostgreSQL now lists for us, and return the index of the first event
+        that waits for a peer (None: all committed)."""
+        waiting = None
+        for j, row in enumerate(results or ()):
+            if row["status"] == "waiting":
+                waiting = a + j
+                peer = row["peer"]
+                if peer and peer != self.waiting_for:
+                    queue, partition = event_pair(events[a + j])
+                    logger.info("spool: waiting for {}'s earlier spooled pushes to {}/{}",
+                                peer, queue, partition)
+                self.waiting_for = peer or self.waiting_for
+                break
+            if row["late"]:
+                self._order_exception(events[a + j])
+        for k in range(a, waiting if waiting is not None else b):
+            pair = event_pair(events[k])
+            if pair in self._registered:  # the replay moved our row on to this
+                self._registered[pair] = next_accept[k]
+        return waiting
+
+    def _order_exception(self, event: Mapping[str, Any]) -> None:
+        pair = event_pair(event)
+        self.order_exceptions += 1
+        if pair in self._late_pairs or len(self._late_pairs) < 1000:
+            self._late_pairs[pair] += 1
+        logger.warning("spool: order exception: {}/{} transactionId {} (accepted {}) landed after "
+                       "a push accepted later (a peer taken for dead, or committed before this "
+                       "broker could register its spool)", pair[0], pair[1],
+                       event.get("transactionId"), event.get("acceptedAt"))
 
     async def _quarantine_event(self, name: str, index: int, event: dict, reason: str,
                                 error: str) -> bool:
@@ -796,6 +1021,9 @@ class Spool(AsyncioActor):
         self._bytes = max(0, self._bytes - self._file_bytes.pop(name, 0))
         self._settled.pop(name, None)
         self._raw_quarantined.discard(name)
+        self._file_first.pop(name, None)
+        if self._draining is not None and self._draining[0] == name:
+            self._draining = None
         left = self._file_pairs.pop(name, None)
         if left:  # replayed ones were taken off chunk by chunk; the rest never will be
             self.backlog.remove_counts(left)
@@ -837,7 +1065,11 @@ class Spool(AsyncioActor):
         problem = event_problem(event)
         if problem is not None:
             raise ValueError(problem)
-        results = await self._replay([event])
+        results = await self._replay([event], None)
+        if results and results[0]["status"] == "held":
+            self._register_dirty = True  # PostgreSQL listed us as holding it; set that right
+            raise SpoolBusy(f"spooled pushes to {event.get('queue')}/{event.get('partition')} "
+                            "are still being replayed; retry shortly")
         await asyncio.to_thread(self.quarantine.remove, ident)
         self.quarantined_events = max(0, self.quarantined_events - 1)
         status = results[0]["status"] if results else "queued"
@@ -867,6 +1099,12 @@ class Spool(AsyncioActor):
             "replayedEvents": self.replayed_events,
             "quarantinedFiles": self.quarantined_files,
             "quarantinedEvents": self.quarantined_events,
+            "registeredPartitions": len(self._registered),
+            "waitingFor": self.waiting_for,
+            "orderExceptions": self.order_exceptions,
+            "orderExceptionPartitions": [
+                {"queue": q, "partition": p, "count": n}
+                for (q, p), n in self._late_pairs.most_common(20)],
         }
 
 

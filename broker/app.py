@@ -24,8 +24,8 @@ from broker.http import CORS_HEADERS, error
 from broker.auth import Authenticator
 from broker.routes import ack, admin, ops, pop, push, quarantine, system
 from broker.telemetry import telemetry
-from broker.store.db import (Store, StoreConflict, StoreError, StoreInvalidValue,
-                             StoreUnavailable, fails_every_request)
+from broker.store.db import (PartitionHeld, Store, StoreConflict, StoreError,
+                             StoreInvalidValue, StoreUnavailable, fails_every_request)
 from broker.wire import BadRequest
 
 
@@ -60,6 +60,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             lock_timeout_ms=settings.db_lock_timeout,
             idle_timeout_ms=settings.db_idle_timeout,
             application_name=f"queen-broker:{settings.queen_server_id}")
+        store.order_wait_ms = settings.file_buffer_order_wait_ms
         app.ctx.store = store
         # Refs for long_poll, proxies (built once: pykka introspects on each
         # proxy() call) for everything else.
@@ -98,13 +99,20 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             logger.info("mesh sync enabled but no peers configured: local waker only")
         # The spool: recover what a previous run left before serving (behaviour.md §5.5).
         spool = Spool.start(
-            settings.file_buffer_dir, replay=lambda events: push.replay_spooled(app, events),
+            settings.file_buffer_dir,
+            replay=lambda events, next_accept: push.replay_spooled(app, events, next_accept),
+            register=store.register_spool,
             events_per_file=settings.file_buffer_events_per_file,
             max_batch=settings.file_buffer_max_batch, flush_ms=settings.file_buffer_flush_ms,
             max_bytes=settings.file_buffer_max_bytes,
+            # Peers back from the same outage register within one connect
+            # timeout and a few cycles; nobody replays before that.
+            settle_s=(settings.db_connection_timeout + 3 * settings.file_buffer_flush_ms) / 1000,
             is_transient=lambda exc: fails_every_request(exc) or isinstance(exc, StoreConflict),
-            start_paused=flags.push).proxy()
+            start_paused=flags.push, owner=settings.queen_server_id).proxy()
         app.ctx.spool = spool
+        # Rows of queen.spool_backlog name the spool (its files), not the process.
+        store.server_id = await spool.identity()
         flags.listeners.append(
             lambda which, enabled: (spool.pause() if enabled else spool.resume())
             if which == "push" else None)
@@ -158,6 +166,12 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     async def unavailable(request: Request, exc: StoreUnavailable):
         logger.warning("{} {}: {}", request.method, request.path, exc)
         return error("Database unavailable, retry later", 503)
+
+    @app.exception(PartitionHeld)
+    async def partition_held(_request: Request, exc: PartitionHeld):
+        response = error(str(exc), 503)
+        response.headers["Retry-After"] = "1"
+        return response
 
     @app.exception(StoreInvalidValue)
     async def invalid_value(_request: Request, exc: StoreInvalidValue):

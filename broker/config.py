@@ -292,6 +292,10 @@ VARIABLES: list[Variable] = [
        _POSITIVE),
     _v("FILE_BUFFER_EVENTS_PER_FILE", "10000", "int", "Events per spool file before rotating.",
        _POSITIVE),
+    _v("FILE_BUFFER_ORDER_WAIT_MS", "30000", "ms",
+       "How long a broker that registered spooled pushes for a partition and then went silent "
+       "(no heartbeat) holds that partition back; after it, the others proceed and its late "
+       "pushes land with a counted order exception.", _POSITIVE),
     _v("FILE_BUFFER_MAX_BYTES", "1073741824", "bytes",
        "Most bytes of spool files waiting to be replayed; a push that would pass it answers 503 "
        "with Retry-After instead of being acknowledged (the quarantine is not counted).",
@@ -392,6 +396,7 @@ class Settings:
     file_buffer_flush_ms: int
     file_buffer_max_batch: int
     file_buffer_events_per_file: int
+    file_buffer_order_wait_ms: int
     file_buffer_max_bytes: int
     # Background jobs
     retention_interval: int

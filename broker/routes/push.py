@@ -3,10 +3,11 @@ pushes, wake pops after commit; the spool takes over during maintenance, while
 PostgreSQL is unreachable, and while a partition still has spooled pushes."""
 from __future__ import annotations
 
+import ujson
 from loguru import logger
 from sanic import Blueprint, Request
 
-from actors.spool import SpoolError, SpoolFull
+from actors.spool import SpoolError, SpoolFull, accepted_at
 from broker.http import json, read_json
 from broker.store.db import PushRow, StoreUnavailable
 from broker.telemetry import telemetry
@@ -74,17 +75,60 @@ async def push(request: Request):
         return await _spool(app, items, rows, producer_sub)
     wake_after_commit(app, {(i.queue, i.partition) for i, r in zip(items, results)
                             if r["status"] == "queued"})
+    held = [n for n, r in enumerate(results) if r["status"] == "held"]
+    if held:
+        # Another broker's spool (or this one's, after a restart) still holds
+        # pushes for these partitions: queue behind them in our own spool.
+        return await _spool_held(app, items, rows, results, held, producer_sub)
     for r in results:
         telemetry.messages[r["status"]] += 1
     return json([push_result(item, row, n) for n, (item, row) in enumerate(zip(items, results))])
 
 
+async def _spool_held(app, items: list[PushItem], rows: list[PushRow], results, held: list[int],
+                      producer_sub: str | None):
+    """Some items committed, the ``held`` ones go to the spool: one answer per item."""
+    outcome, problem = await _to_spool(app, [items[n] for n in held], [rows[n] for n in held],
+                                       producer_sub, registered=True)
+    out = []
+    for n, (item, row) in enumerate(zip(items, results)):
+        if row["status"] == "held":
+            out.append({"index": n, "status": "buffered" if problem is None else "failed",
+                        "queue": item.queue, "partition": item.partition,
+                        "transactionId": item.transaction_id,
+                        **({"error": problem} if problem else {})})
+        else:
+            telemetry.messages[row["status"]] += 1
+            out.append(push_result(item, row, n))
+    if problem is not None:
+        return _retry_later(json(out, status=503))
+    return json(out, status=201 if len(held) == len(items) else 200)
+
+
 async def _spool(app, items: list[PushItem], rows: list[PushRow] | None,
                  producer_sub: str | None = None):
-    """Accept a push into the node-local spool: ``buffered`` per item, or
-    ``failed`` for every item when the spool cannot write (nothing half-kept).
-    When the payloads were already encrypted (the queue's flag was known) the
-    envelope is spooled; otherwise the drain encrypts at replay."""
+    """Accept a push into the node-local spool: ``buffered`` per item; 503
+    when the spool is full, or ``failed`` for every item when it cannot write
+    (nothing half-kept)."""
+    outcome, problem = await _to_spool(app, items, rows, producer_sub)
+    if outcome == "full":
+        return _retry_later(json({"error": problem}, status=503))
+    if outcome == "failed":
+        return _retry_later(json(
+            [{"index": n, "status": "failed", "queue": i.queue, "partition": i.partition,
+              "transactionId": i.transaction_id, "error": problem}
+             for n, i in enumerate(items)], status=503))
+    return json([{"index": n, "status": "buffered", "queue": i.queue, "partition": i.partition,
+                  "transactionId": i.transaction_id} for n, i in enumerate(items)], status=201)
+
+
+async def _to_spool(app, items: list[PushItem], rows: list[PushRow] | None,
+                    producer_sub: str | None, registered: bool = False) -> tuple[str, str | None]:
+    """Append one push to the spool: ("buffered", None), ("full", error) or
+    ("failed", error). When the payloads were already encrypted (the queue's
+    flag was known) the envelope is spooled; otherwise the drain encrypts at
+    replay. ``registered``: PostgreSQL already lists this broker as holding
+    these partitions (a held push)."""
     events = []
     for n, item in enumerate(items):
         row = rows[n] if rows else None
@@ -95,21 +139,17 @@ async def _spool(app, items: list[PushItem], rows: list[PushRow] | None,
                        "traceId": item.trace_id,
                        "producerSub": row.producer_sub if row else producer_sub})
     try:
-        await app.ctx.spool.append(events)
+        await app.ctx.spool.append(events, registered=registered)
     except SpoolFull as exc:
         logger.warning("push: {} ({} item(s) refused)", exc, len(items))
         telemetry.messages["spool_full"] += len(items)
-        return _retry_later(json({"error": str(exc)}, status=503))
+        return "full", str(exc)
     except SpoolError as exc:
         logger.error("push: spool write failed for {} item(s): {}", len(items), exc)
         telemetry.messages["spool_failed"] += len(items)
-        return _retry_later(json(
-            [{"index": n, "status": "failed", "queue": i.queue, "partition": i.partition,
-              "transactionId": i.transaction_id, "error": str(exc)}
-             for n, i in enumerate(items)], status=503))
+        return "failed", str(exc)
     telemetry.messages["buffered"] += len(items)
-    return json([{"index": n, "status": "buffered", "queue": i.queue, "partition": i.partition,
-                  "transactionId": i.transaction_id} for n, i in enumerate(items)], status=201)
+    return "buffered", None
 
 
 def _retry_later(response):
@@ -118,9 +158,13 @@ def _retry_later(response):
     return response
 
 
-async def replay_spooled(app, events: list[dict]) -> list:
+async def replay_spooled(app, events: list[dict], next_accept: list[int] | None) -> list:
     """The spool's replay: one transaction per chunk, transactionIds kept, so a
-    replay after a crash finds duplicates and counts them as success."""
+    replay after a crash finds duplicates and counts them as success. With
+    ``next_accept`` the chunk is merged into the cluster's accept order (items
+    behind a peer's earlier spooled push answer ``waiting``); without it (an
+    operator replaying a quarantined event) it is a direct push (``held``
+    while spooled pushes to its partition wait)."""
     cipher = app.ctx.cipher
     plain_queues = {e["queue"] for e in events if not e.get("encrypted")}
     flags = await app.ctx.queue_cache.encryption_flags(plain_queues) if cipher and plain_queues else {}
@@ -133,7 +177,11 @@ async def replay_spooled(app, events: list[dict]) -> list:
                             message_id=new_uuid7(), transaction_id=e["transactionId"],
                             trace_id=e.get("traceId"), payload=payload, encrypted=encrypted,
                             producer_sub=e.get("producerSub")))
-    results = await app.ctx.store.push(rows)
+    store = app.ctx.store
+    if next_accept is None:
+        results = await store.push(rows)
+    else:
+        results = await store.replay(rows, [accepted_at(e) for e in events], next_accept)
     wake_after_commit(app, {(r.queue, r.partition) for r, res in zip(rows, results)
                             if res["status"] == "queued"})
     return results

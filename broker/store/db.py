@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import asyncpg
 import ujson
@@ -48,6 +49,16 @@ class StoreInvalidValue(StoreError):
     character, NaN, a number out of range...): the caller's mistake, a 400."""
 
 
+class PartitionHeld(StoreError):
+    """A push that cannot wait in a spool (a transaction, a DLQ retry) went to a
+    partition some broker's spool still holds pushes for: nothing was
+    committed; a 503, retry shortly."""
+
+    def __init__(self, queue: str, partition: str):
+        super().__init__(f"pushes to {queue}/{partition} are still being replayed from a "
+                         "spool after a database outage or maintenance; retry shortly")
+
+
 class StoreConflict(StoreError):
     """PostgreSQL aborted the transaction (deadlock, serialization); safe to rerun."""
 
@@ -72,6 +83,11 @@ def _mapped_errors():
         raise StoreUnavailable(f"database unavailable: {exc.__class__.__name__}: {exc}") from exc
     except asyncpg.exceptions.PostgresError as exc:
         raise StoreError(f"{exc.__class__.__name__}: {exc}") from exc
+
+
+def now_us() -> int:
+    """Wall-clock microseconds: the accept time of a push."""
+    return time.time_ns() // 1000
 
 
 def _dumps(value: Any) -> str:
@@ -119,6 +135,10 @@ class Store:
     def __init__(self, pool: asyncpg.Pool, acquire_timeout: float):
         self.pool = pool
         self._acquire_timeout = acquire_timeout
+        # Who this broker is in queen.spool_backlog, and how long a silent
+        # peer's spooled pushes hold a partition (FILE_BUFFER_ORDER_WAIT_MS).
+        self.server_id = "queen"
+        self.order_wait_ms = 30_000
 
     # -- lifecycle ---------------------------------------------------------
     @classmethod
@@ -206,8 +226,8 @@ class Store:
             return q, await conn.fetch(sql.QUEUE_PARTITION_STATS, q["id"])
 
     # -- data path ---------------------------------------------------------
-    @staticmethod
-    def _push_args(rows: Sequence[PushRow]) -> tuple:
+    def _push_args(self, rows: Sequence[PushRow], accept: Sequence[int], replay: bool,
+                   next_accept: Sequence[int] | None) -> tuple:
         return (
             list(range(len(rows))),
             [r.queue for r in rows],
@@ -218,16 +238,46 @@ class Store:
             [r.payload_json if r.payload_json is not None else _dumps(r.payload) for r in rows],
             [r.encrypted for r in rows],
             [r.producer_sub for r in rows],
+            list(accept), self.server_id, replay, list(next_accept) if next_accept else None,
+            self.order_wait_ms,
         )
 
-    async def push(self, rows: Sequence[PushRow], conn: asyncpg.Connection | None = None
-                   ) -> list[asyncpg.Record]:
-        """Insert ``rows``; returns (idx, message_id, partition_id, status) in input order."""
+    async def push(self, rows: Sequence[PushRow], conn: asyncpg.Connection | None = None,
+                   accept_us: int | None = None) -> list[asyncpg.Record]:
+        """Insert ``rows``, accepted at ``accept_us`` (broker clock, default
+        now); returns (idx, message_id, partition_id, status, late, peer) in
+        input order. Items to partitions that some broker's spool still holds
+        pushes for answer ``held`` and are not inserted (see push_ordered)."""
+        accept = [accept_us if accept_us is not None else now_us()] * len(rows)
+        args = self._push_args(rows, accept, False, None)
         if conn is not None:
             with _mapped_errors():
-                return await conn.fetch(sql.PUSH, *self._push_args(rows))
+                return await conn.fetch(sql.PUSH_ORDERED, *args)
         async with self.connection() as c:
-            return await c.fetch(sql.PUSH, *self._push_args(rows))
+            return await c.fetch(sql.PUSH_ORDERED, *args)
+
+    async def replay(self, rows: Sequence[PushRow], accept: Sequence[int],
+                     next_accept: Sequence[int]) -> list[asyncpg.Record]:
+        """Insert spooled pushes in the cluster's accept order: items behind an
+        earlier pending push of a live peer answer ``waiting``; ``next_accept``
+        is, per item, the accept time of this broker's next spooled push to
+        the same partition (or a lower bound of it)."""
+        async with self.connection() as c:
+            return await c.fetch(sql.PUSH_ORDERED, *self._push_args(rows, accept, True, next_accept))
+
+    async def register_spool(self, oldest: Mapping[tuple[str, str], int] | None) -> None:
+        """This broker's whole spool backlog (None: heartbeat only)."""
+        if oldest is None:
+            args: tuple = (None, None, None)
+        else:
+            pairs = list(oldest.items())
+            args = ([q for (q, _), _ in pairs], [p for (_, p), _ in pairs], [t for _, t in pairs])
+        async with self.connection() as c:
+            await c.execute(sql.SPOOL_REGISTER, self.server_id, *args, self.order_wait_ms)
+
+    async def spool_backlog_summary(self) -> list[asyncpg.Record]:
+        async with self.connection() as c:
+            return await c.fetch(sql.SPOOL_BACKLOG_SUMMARY)
 
     async def pop(self, *, queue: str | None, partition: str | None, namespace: str | None,
                   task: str | None, group: str, batch: int, max_partitions: int,
@@ -319,7 +369,9 @@ class Store:
                                    trace_id=str(first["trace_id"]) if first["trace_id"] else None,
                                    payload=first["payload"], encrypted=first["is_encrypted"],
                                    producer_sub=first["producer_sub"])
-                    pushed = await conn.fetch(sql.PUSH, *self._push_args([copy]))
+                    pushed = await self.push([copy], conn=conn)
+                    if pushed[0]["status"] == "held":
+                        raise PartitionHeld(first["queue"], first["partition"])
         return dead, pushed[0]
 
 class TransactionAborted(Exception):
@@ -364,7 +416,11 @@ async def _transaction_once(store: Store, steps: list[tuple[str, list]],
                         raise TransactionAborted(f"Invalid or expired lease: {dead[0]}", results)
                 for kind, rows in steps:
                     if kind == "push":
-                        results.append(await store.push(rows, conn=conn))
+                        pushed = await store.push(rows, conn=conn)
+                        held = next((n for n, r in enumerate(pushed) if r["status"] == "held"), None)
+                        if held is not None:
+                            raise PartitionHeld(rows[held].queue, rows[held].partition)
+                        results.append(pushed)
                     else:
                         acked = await store.ack(rows, failed_to_dlq=True, conn=conn)
                         results.append(acked)

@@ -103,6 +103,240 @@ END;
 $$;
 
 -------------------------------------------------------------------------------
+-- spool_server_dead: is broker p_peer's spool backlog to be ignored? Yes when
+-- it has not beaten for p_wait_ms while p_me has beaten without a gap for that
+-- long (after an outage nobody could beat: everyone gets p_wait_ms first).
+-------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION queen.spool_server_dead(p_peer text, p_me text, p_wait_ms integer)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT p_peer <> p_me
+       AND coalesce((SELECT s.seen_at < now() - make_interval(secs => p_wait_ms / 1000.0)
+                     FROM queen.spool_servers s WHERE s.server_id = p_peer), true)
+       AND coalesce((SELECT m.since < now() - make_interval(secs => p_wait_ms / 1000.0)
+                     FROM queen.spool_servers m WHERE m.server_id = p_me), false)
+$$;
+
+-------------------------------------------------------------------------------
+-- spool_beat: the heartbeat of a broker holding spool_backlog rows. A gap of
+-- more than p_wait_ms / 2 starts a new "since".
+-------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION queen.spool_beat(p_server text, p_wait_ms integer)
+RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO queen.spool_servers AS s (server_id, seen_at, since)
+    VALUES (p_server, now(), now())
+    ON CONFLICT (server_id) DO UPDATE
+    SET since = CASE WHEN s.seen_at < now() - make_interval(secs => p_wait_ms / 2000.0)
+                     THEN now() ELSE s.since END,
+        seen_at = now()
+$$;
+
+-------------------------------------------------------------------------------
+-- spool_register: the whole spool backlog of one broker (pairs and the accept
+-- time of their oldest spooled push); rows of pairs not listed are deleted.
+-- Also its heartbeat. NULL arrays: heartbeat only.
+-------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION queen.spool_register(
+    p_server text, p_queue text[], p_partition text[], p_oldest bigint[], p_wait_ms integer)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM queen.spool_beat(p_server, p_wait_ms);
+    IF p_queue IS NULL THEN
+        RETURN;
+    END IF;
+    DELETE FROM queen.spool_backlog b
+    WHERE b.server_id = p_server
+      AND NOT EXISTS (SELECT 1 FROM unnest(p_queue, p_partition) AS x(qn, pn)
+                      WHERE x.qn = b.queue_name AND x.pn = b.partition_name);
+    INSERT INTO queen.spool_backlog AS b (queue_name, partition_name, server_id, oldest_accept_us)
+    SELECT x.qn, x.pn, p_server, min(x.acc)
+    FROM unnest(p_queue, p_partition, p_oldest) AS x(qn, pn, acc)
+    GROUP BY x.qn, x.pn
+    ON CONFLICT (queue_name, partition_name, server_id)
+    DO UPDATE SET oldest_accept_us = excluded.oldest_accept_us;
+END;
+$$;
+
+-------------------------------------------------------------------------------
+-- push_ordered: push_messages, aware of the cluster-wide spool backlog.
+--
+-- p_accept: each item's accept time (microseconds, clock of broker p_server).
+--
+-- Direct push (p_replay false): items whose partition has a spool_backlog row
+-- of a live broker (this one included) are not inserted but answered 'held'
+-- (peer = one holder); the caller spools them, and this broker is registered
+-- as holding those partitions from the item's accept time on, in the same
+-- transaction, so nobody can commit past them before the spool drains.
+--
+-- Replay (p_replay true): the longest prefix of the items is inserted in
+-- which no item has a live other broker's pending push for its partition that
+-- was accepted earlier (by (accept time, server id)); the rest answer
+-- 'waiting' (peer = who is waited for). For every partition of the inserted
+-- prefix this broker's row moves on to p_next of its last item: the accept
+-- time of its next spooled push to that partition, or a lower bound of it.
+--
+-- late: the item's accept time is older than the latest accepted push
+-- already committed to its partition (an order exception: a peer taken for
+-- dead, or a push committed before this broker could register its backlog).
+-------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION queen.push_ordered(
+    p_idx integer[], p_queue text[], p_partition text[], p_id uuid[],
+    p_txid text[], p_trace uuid[], p_payload text[], p_encrypted boolean[],
+    p_sub text[], p_accept bigint[], p_server text, p_replay boolean, p_next bigint[],
+    p_wait_ms integer)
+RETURNS TABLE (idx integer, message_id uuid, partition_id uuid, status text, late boolean,
+               peer text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_stop integer;     -- replay: the first item that waits; NULL = none waits
+    v_backlog boolean;
+    v_blocked integer[];  -- items not inserted (held or waiting) ...
+    v_peers text[];       -- ... and whom each is held or waiting for
+BEGIN
+    IF EXISTS (
+        SELECT 1 FROM (SELECT DISTINCT qn, pn FROM unnest(p_queue, p_partition) AS x(qn, pn)) x
+        WHERE NOT EXISTS (SELECT 1 FROM queen.queues q
+                          JOIN queen.partitions p2 ON p2.queue_id = q.id AND p2.name = x.pn
+                          WHERE q.name = x.qn))
+    THEN
+        INSERT INTO queen.queues AS q (name, namespace, task)
+        SELECT DISTINCT n, split_part(n, '.', 1), split_part(n, '.', 2)
+        FROM unnest(p_queue) AS n ORDER BY 1
+        ON CONFLICT (name) DO NOTHING;
+
+        INSERT INTO queen.partitions AS pt (queue_id, name)
+        SELECT DISTINCT q.id, x.pn
+        FROM unnest(p_queue, p_partition) AS x(qn, pn)
+        JOIN queen.queues q ON q.name = x.qn
+        ORDER BY 1, 2
+        ON CONFLICT (queue_id, name) DO NOTHING;
+    END IF;
+
+    PERFORM 1 FROM queen.partitions pt
+    WHERE pt.id IN (
+        SELECT p2.id FROM unnest(p_queue, p_partition) AS x(qn, pn)
+        JOIN queen.queues q ON q.name = x.qn
+        JOIN queen.partitions p2 ON p2.queue_id = q.id AND p2.name = x.pn)
+    ORDER BY pt.id
+    FOR NO KEY UPDATE;
+
+    -- New statements from here on: each sees every push and every backlog row
+    -- committed while we waited for the locks above.
+    v_backlog := EXISTS (SELECT 1 FROM queen.spool_backlog);  -- the usual case: empty
+
+    IF v_backlog THEN
+        IF p_replay THEN
+            SELECT array_agg(x.i ORDER BY x.i), array_agg(x.peer ORDER BY x.i)
+            INTO v_blocked, v_peers
+            FROM (SELECT y.i, (SELECT b.server_id FROM queen.spool_backlog b
+                               WHERE b.queue_name = y.qn AND b.partition_name = y.pn
+                                 AND b.server_id <> p_server
+                                 AND (b.oldest_accept_us, b.server_id) < (y.acc, p_server)
+                                 AND NOT queen.spool_server_dead(b.server_id, p_server, p_wait_ms)
+                               ORDER BY b.oldest_accept_us LIMIT 1) AS peer
+                  FROM unnest(p_idx, p_queue, p_partition, p_accept) AS y(i, qn, pn, acc)) x
+            WHERE x.peer IS NOT NULL;
+            v_stop := v_blocked[1];
+            IF v_stop IS NOT NULL THEN
+                -- everything from the first blocked item on waits (this broker's order)
+                SELECT array_agg(y.i ORDER BY y.i),
+                       array_agg(CASE WHEN y.i = v_stop THEN v_peers[1] END ORDER BY y.i)
+                INTO v_blocked, v_peers
+                FROM unnest(p_idx) AS y(i) WHERE y.i >= v_stop;
+            END IF;
+        ELSE
+            SELECT array_agg(x.i ORDER BY x.i), array_agg(x.peer ORDER BY x.i)
+            INTO v_blocked, v_peers
+            FROM (SELECT y.i, (SELECT b.server_id FROM queen.spool_backlog b
+                               WHERE b.queue_name = y.qn AND b.partition_name = y.pn
+                                 AND NOT queen.spool_server_dead(b.server_id, p_server, p_wait_ms)
+                               LIMIT 1) AS peer
+                  FROM unnest(p_idx, p_queue, p_partition) AS y(i, qn, pn)) x
+            WHERE x.peer IS NOT NULL;
+            IF v_blocked IS NOT NULL THEN
+                -- held: this broker now holds those partitions, from each item's accept time
+                PERFORM queen.spool_beat(p_server, p_wait_ms);
+                INSERT INTO queen.spool_backlog AS b
+                    (queue_name, partition_name, server_id, oldest_accept_us)
+                SELECT x.qn, x.pn, p_server, min(x.acc)
+                FROM unnest(p_idx, p_queue, p_partition, p_accept) AS x(i, qn, pn, acc)
+                WHERE x.i = ANY(v_blocked)
+                GROUP BY x.qn, x.pn
+                ON CONFLICT (queue_name, partition_name, server_id)
+                DO UPDATE SET oldest_accept_us = least(b.oldest_accept_us, excluded.oldest_accept_us);
+            END IF;
+        END IF;
+    END IF;
+    v_blocked := coalesce(v_blocked, '{}');
+
+    IF p_replay AND v_backlog THEN
+        PERFORM queen.spool_beat(p_server, p_wait_ms);
+        UPDATE queen.spool_backlog b
+        SET oldest_accept_us = n.nxt
+        FROM (SELECT DISTINCT ON (x.qn, x.pn) x.qn, x.pn, x.nxt
+              FROM unnest(p_idx, p_queue, p_partition, p_next) AS x(i, qn, pn, nxt)
+              WHERE v_stop IS NULL OR x.i < v_stop
+              ORDER BY x.qn, x.pn, x.i DESC) n
+        WHERE b.server_id = p_server AND b.queue_name = n.qn AND b.partition_name = n.pn;
+    END IF;
+
+    RETURN QUERY
+    WITH items AS (
+        SELECT x.*, p2.id AS pid, x.acc < p2.last_accept_us AS is_late
+        FROM unnest(p_idx, p_queue, p_partition, p_id, p_txid, p_trace, p_payload, p_encrypted,
+                    p_sub, p_accept)
+             AS x(i, qn, pn, mid, txid, trace, payload, enc, sub, acc)
+        JOIN queen.queues q ON q.name = x.qn
+        JOIN queen.partitions p2 ON p2.queue_id = q.id AND p2.name = x.pn
+        WHERE x.i <> ALL(v_blocked)
+    ),
+    firsts AS (
+        SELECT DISTINCT ON (it.pid, it.txid) it.*
+        FROM items it ORDER BY it.pid, it.txid, it.i
+    ),
+    fresh AS (
+        SELECT f.*, row_number() OVER (PARTITION BY f.pid ORDER BY f.i) AS rn
+        FROM firsts f
+        WHERE NOT EXISTS (SELECT 1 FROM queen.messages m
+                          WHERE m.partition_id = f.pid AND m.transaction_id = f.txid)
+    ),
+    bumped AS (
+        UPDATE queen.partitions pt
+        SET last_seq = pt.last_seq + c.n, last_message_at = now(), last_activity = now(),
+            last_accept_us = greatest(pt.last_accept_us, c.acc)
+        FROM (SELECT fr.pid, count(*) AS n, max(fr.acc) AS acc FROM fresh fr GROUP BY fr.pid) c
+        WHERE pt.id = c.pid
+        RETURNING pt.id, pt.last_seq - c.n AS base
+    ),
+    inserted AS (
+        INSERT INTO queen.messages AS m
+            (id, partition_id, seq, transaction_id, trace_id, payload, is_encrypted, producer_sub)
+        SELECT fr.mid, fr.pid, b.base + fr.rn, fr.txid, fr.trace,
+               coalesce(fr.payload, 'null')::jsonb, coalesce(fr.enc, false), fr.sub
+        FROM fresh fr JOIN bumped b ON b.id = fr.pid
+        RETURNING m.id, m.partition_id, m.transaction_id
+    )
+    SELECT it.i,
+           coalesce(ins.id, old.id),
+           it.pid,
+           CASE WHEN ins.id = it.mid THEN 'queued' ELSE 'duplicate' END,
+           it.is_late AND ins.id = it.mid,
+           NULL::text
+    FROM items it
+    LEFT JOIN inserted ins ON ins.partition_id = it.pid AND ins.transaction_id = it.txid
+    LEFT JOIN queen.messages old ON old.partition_id = it.pid AND old.transaction_id = it.txid
+    UNION ALL
+    SELECT h.i, NULL::uuid, NULL::uuid, CASE WHEN p_replay THEN 'waiting' ELSE 'held' END,
+           false, h.peer
+    FROM unnest(v_blocked, v_peers) AS h(i, peer)
+    ORDER BY 1;
+END;
+$$;
+
+-------------------------------------------------------------------------------
 -- subscription_start: where a named group's cursor starts on first contact
 -- with a partition. NULL means "from the beginning". The most specific stored
 -- subscription wins: partition, then queue, then namespace/task.

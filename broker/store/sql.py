@@ -4,8 +4,25 @@ The heavy lifting of push, pop and ack lives in server-side functions
 (functions.sql) so that each request is a single round trip.
 """
 
-PUSH = "SELECT idx, message_id, partition_id, status FROM queen.push_messages($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-"""Insert items (parallel arrays); one row per item, 'queued' or 'duplicate'."""
+PUSH_ORDERED = """
+SELECT idx, message_id, partition_id, status, late, peer
+FROM queen.push_ordered($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+"""
+"""Insert items (parallel arrays), aware of the cluster-wide spool backlog; one
+row per item: 'queued', 'duplicate', 'held' (direct push behind spooled ones)
+or 'waiting' (replay behind a peer's earlier spooled push). queen.push_messages
+stays for brokers of earlier versions during a rolling upgrade."""
+
+SPOOL_REGISTER = "SELECT queen.spool_register($1, $2, $3, $4, $5)"
+"""Replace this broker's rows in queen.spool_backlog (NULL arrays: heartbeat only)."""
+
+SPOOL_BACKLOG_SUMMARY = """
+SELECT b.server_id, count(*) AS partitions, min(b.oldest_accept_us) AS oldest_accept_us,
+       max(s.seen_at) AS seen_at
+FROM queen.spool_backlog b LEFT JOIN queen.spool_servers s USING (server_id)
+GROUP BY b.server_id ORDER BY b.server_id
+"""
+"""Which brokers hold spooled pushes for how many partitions (the maintenance body)."""
 
 POP = """
 SELECT * FROM queen.pop_messages($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
