@@ -99,7 +99,8 @@ async def metrics_json(request: Request):
                 "percent": proc.get("cpu_percent", 0), "threads": proc.get("threads", 0)},
         "maintenanceMode": g["maintenance_mode"], "popMaintenanceMode": g["pop_maintenance_mode"],
         "spool": {key: spool[key] for key in ("pendingCount", "pendingBytes", "maxBytes",
-                                              "rejectedFull", "quarantinedEvents", "dbHealthy")},
+                                              "rejectedFull", "quarantinedEvents", "dbHealthy",
+                                              "orderExceptions", "registeredPartitions")},
     })
 
 
@@ -180,6 +181,12 @@ class SnapshotCollector:
             yield gauge("queen_file_buffer_quarantined_events",
                         "Spooled pushes set aside because PostgreSQL refused them",
                         spool.get("quarantinedEvents", 0))
+            yield counter("queen_file_buffer_order_exceptions_total",
+                          "Spooled pushes that landed after a push accepted later", [],
+                          [([], spool.get("orderExceptions", 0))])
+            yield gauge("queen_file_buffer_registered_partitions",
+                        "Partitions this spool holds back cluster-wide (queen.spool_backlog)",
+                        spool.get("registeredPartitions", 0))
             yield counter("queen_file_buffer_rejected_full_total",
                           "Pushed items refused with 503 because the spool was full", [],
                           [([], spool.get("rejectedFull", 0))])
