@@ -6,7 +6,7 @@ import time
 
 from loguru import logger
 from sanic import Request, Sanic
-from sanic.exceptions import MethodNotAllowed, NotFound, SanicException
+from sanic.exceptions import BadURL, MethodNotAllowed, NotFound, SanicException
 from sanic.response import HTTPResponse
 
 from actors.batcher import Batcher
@@ -29,8 +29,25 @@ from broker.store.db import (Store, StoreConflict, StoreError, StoreInvalidValue
 from broker.wire import BadRequest
 
 
+class QueenRequest(Request):
+    """Sanic's request, except for the stand-in Sanic builds to answer a request it could not
+    parse (method ``NONE``): Sanic 25 builds it from the same bad URL (``GET health``, no
+    leading slash), so it raised again inside the error path, logged ~40 lines of traceback
+    and closed without answering. The stand-in gets ``/`` instead; the 400 for the original
+    ``BadURL`` is then answered like any other."""
+
+    def __init__(self, url_bytes: bytes, headers, version, method, transport, app,
+                 head: bytes = b"", stream_id: int = 0):
+        try:
+            super().__init__(url_bytes, headers, version, method, transport, app, head, stream_id)
+        except BadURL:
+            if method != "NONE":
+                raise
+            super().__init__(b"/", headers, version, method, transport, app, head, stream_id)
+
+
 def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
-    app = Sanic(name, env_prefix=None)
+    app = Sanic(name, env_prefix=None, request_class=QueenRequest)
     app.config.REQUEST_MAX_SIZE = settings.max_body_bytes
     app.config.REQUEST_TIMEOUT = 60
     # Long polls hold a response for up to `timeout` ms; never cut them short.
