@@ -24,7 +24,7 @@ from broker.http import CORS_HEADERS, error
 from broker.auth import Authenticator
 from broker.routes import ack, admin, ops, pop, push, system
 from broker.telemetry import telemetry
-from broker.store.db import (Store, StoreConflict, StoreError, StoreInvalidValue,
+from broker.store.db import (Store, StoreBusy, StoreConflict, StoreError, StoreInvalidValue,
                              StoreUnavailable)
 from broker.wire import BadRequest
 
@@ -117,7 +117,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             settings.file_buffer_dir, replay=lambda events: push.replay_spooled(app, events),
             events_per_file=settings.file_buffer_events_per_file,
             max_batch=settings.file_buffer_max_batch, flush_ms=settings.file_buffer_flush_ms,
-            is_transient=lambda exc: isinstance(exc, (StoreUnavailable, StoreConflict)),
+            is_transient=lambda exc: isinstance(exc, (StoreUnavailable, StoreConflict,
+                                                      StoreBusy)),
             start_paused=flags.push).proxy()
         app.ctx.spool = spool
         flags.listeners.append(
@@ -172,6 +173,12 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         logger.warning("{} {}: {}", request.method, request.path, exc)
         return error("Database unavailable, retry later", 503)
 
+    @app.exception(StoreBusy, StoreConflict)
+    async def busy(request: Request, exc: StoreError):
+        # Nothing was written (the statement or transaction was rolled back): a plain retry.
+        logger.warning("{} {}: {}", request.method, request.path, exc)
+        return error(str(exc), 503)
+
     @app.exception(StoreInvalidValue)
     async def invalid_value(_request: Request, exc: StoreInvalidValue):
         return error(str(exc), 400)
@@ -182,7 +189,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
 
     @app.exception(StoreError)
     async def store_error(request: Request, exc: StoreError):
-        logger.error("{} {}: {}", request.method, request.path, exc)
+        # The body stays generic; the driver's own words go to the log only.
+        logger.error("{} {}: {} ({!r})", request.method, request.path, exc, exc.__cause__)
         return error(str(exc), 500)
 
     @app.exception(NotFound, MethodNotAllowed)

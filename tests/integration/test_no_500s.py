@@ -142,3 +142,63 @@ def test_a_request_line_without_a_leading_slash_is_a_400_without_a_traceback(bro
     added = broker.log()[len(before):]
     assert "Traceback" not in added, added
     assert len(added.splitlines()) <= 3, added
+
+
+# -- a busy database: 503 with Retry-After, nothing stored ----------------------------------
+
+@pytest.fixture
+async def held_partition(http, database, queue_name):
+    """The queue's Default partition row locked by another session (as a long push holds it)."""
+    assert http.post("/api/v1/push", json={"items": [{"queue": queue_name, "payload": 0}]}
+                     ).status_code == 200
+    conn = await asyncpg.connect(database.dsn)
+    tx = conn.transaction()
+    await tx.start()
+    await conn.execute("""SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+                          WHERE q.name = $1 FOR UPDATE OF p""", queue_name)
+    yield
+    await tx.rollback()
+    await conn.close()
+
+
+def assert_busy(r: httpx.Response) -> None:
+    message = assert_error(r, 503)
+    assert r.headers.get("retry-after") == "1", r.headers
+    assert_no_driver_internals(message)
+
+
+def push_body(queue: str, txid: str) -> dict:
+    return {"items": [{"queue": queue, "transactionId": txid, "payload": 1}]}
+
+
+@pytest.mark.parametrize("timeouts", [
+    {"DB_LOCK_TIMEOUT": "200"},                                   # LockNotAvailableError
+    {"DB_STATEMENT_TIMEOUT": "300", "DB_LOCK_TIMEOUT": "600000"},  # QueryCanceledError
+], ids=["lock_timeout", "statement_timeout"])
+async def test_a_push_or_transaction_that_waits_too_long_for_a_lock_is_a_503(
+        broker_factory, database, queue_name, held_partition, timeouts):
+    busy = broker_factory(**timeouts)
+    async with httpx.AsyncClient(base_url=busy.url, timeout=30) as client:
+        assert_busy(await client.post("/api/v1/push", json=push_body(queue_name, "busy-push")))
+        assert_busy(await client.post("/api/v1/transaction", json={"operations": [
+            {"type": "push", **push_body(queue_name, "busy-txn")}]}))
+    conn = await asyncpg.connect(database.dsn)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM queen.messages WHERE transaction_id "
+                                   "IN ('busy-push', 'busy-txn')") == 0
+    finally:
+        await conn.close()
+    assert "Traceback" not in busy.log()
+
+
+# -- values PostgreSQL refuses: the message says what was wrong, not where ------------------
+
+def test_a_nul_character_postgresql_refuses_is_a_400_without_driver_internals(http, database,
+                                                                            queue_name):
+    r = http.post("/api/v1/configure", json={"queue": queue_name, "namespace": "a\u0000b"})
+    message = assert_error(r, 400)
+    assert "NUL" in message
+    assert_no_driver_internals(message)
+    r = http.post("/api/v1/ack", json={"transactionId": "t", "partitionId": str(uuid.uuid4()),
+                                       "status": "failed", "error": "bad\u0000"})
+    assert "NUL" in assert_error(r, 400)
