@@ -251,6 +251,9 @@ VARIABLES: list[Variable] = [
     # Push / ack batching
     _v("PUSH_MAX_BATCH_ITEMS", "1000", "int",
        "Most pushed items folded into one SQL round trip.", _POSITIVE),
+    _v("PUSH_MAX_ITEMS_PER_REQUEST", "10000", "int",
+       "Most items one push or transaction may carry (a transaction counts its pushed items "
+       "and its acks); more get 413 and nothing is stored.", _POSITIVE),
     _v("PUSH_MAX_CONCURRENT", "8", "int", "Concurrent push round trips per broker.", _POSITIVE),
     _v("ACK_MAX_BATCH_ITEMS", "1000", "int",
        "Most acks folded into one SQL round trip.", _POSITIVE),
@@ -367,6 +370,7 @@ class Settings:
     pop_wait_max_interval_ms: int
     # Push / ack batching
     push_max_batch_items: int
+    push_max_items_per_request: int
     push_max_concurrent: int
     ack_max_batch_items: int
     ack_max_concurrent: int
@@ -464,6 +468,7 @@ class Settings:
                 "wait_backoff_multiplier": self.pop_wait_backoff_multiplier,
                 "wait_max_ms": self.pop_wait_max_interval_ms,
                 "push_max_batch_items": self.push_max_batch_items,
+                "push_max_items_per_request": self.push_max_items_per_request,
                 "push_max_concurrent": self.push_max_concurrent,
                 "ack_max_batch_items": self.ack_max_batch_items,
                 "ack_max_concurrent": self.ack_max_concurrent,

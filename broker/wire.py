@@ -157,6 +157,14 @@ def parse_push(body: Any) -> list[PushItem]:
     return [parse_push_item(item, i) for i, item in enumerate(items)]
 
 
+def check_item_count(count: int, limit: int) -> None:
+    """One request is one statement: bound it, or it holds its partitions' locks (and other
+    pushes to them) for as long as it takes to insert."""
+    if count > limit:
+        raise BadRequest(f"Too many items in one request: {count}, at most {limit} "
+                         f"(PUSH_MAX_ITEMS_PER_REQUEST); split it into smaller requests", 413)
+
+
 def push_result(item: PushItem, row: Mapping[str, Any], index: int) -> dict:
     out = {
         "index": index,

@@ -10,7 +10,7 @@ from actors.spool import SpoolError
 from broker.http import json, read_json
 from broker.store.db import PushRow, StoreUnavailable
 from broker.telemetry import telemetry
-from broker.wire import PushItem, new_uuid7, parse_push, push_result
+from broker.wire import PushItem, check_item_count, new_uuid7, parse_push, push_result
 
 bp = Blueprint("push")
 
@@ -44,6 +44,7 @@ async def push(request: Request):
     app = request.app
     producer_sub = getattr(request.ctx, "producer_sub", None)  # JWT sub; never the client's
     items = parse_push(read_json(request))
+    check_item_count(len(items), app.ctx.settings.push_max_items_per_request)
     if not items:
         return json([], status=201)
     if app.ctx.flags.push:  # maintenance: straight to the spool, no database, no wake

@@ -17,7 +17,7 @@ from tests.conftest import db_fetch, db_val
 
 def assert_error(r: httpx.Response, status: int) -> str:
     """The expected status and a JSON ``{"error": "..."}`` body; returns the message."""
-    assert r.status_code == status, f"{r.status_code}: {r.text}"
+    assert r.status_code == status, f"{r.status_code}: {r.text[:300]}"
     body = r.json()
     assert isinstance(body, dict) and isinstance(body.get("error"), str) and body["error"], body
     return body["error"]
@@ -202,3 +202,36 @@ def test_a_nul_character_postgresql_refuses_is_a_400_without_driver_internals(ht
     r = http.post("/api/v1/ack", json={"transactionId": "t", "partitionId": str(uuid.uuid4()),
                                        "status": "failed", "error": "bad\u0000"})
     assert "NUL" in assert_error(r, 400)
+
+
+# -- one request, bounded -------------------------------------------------------------------
+
+def assert_too_many(r: httpx.Response, count: int, limit: int) -> None:
+    message = assert_error(r, 413)
+    assert "PUSH_MAX_ITEMS_PER_REQUEST" in message and str(limit) in message
+    assert str(count) in message
+
+
+def test_a_150000_item_push_is_a_413_and_stores_nothing(http, database, queue_name):
+    items = [{"queue": queue_name, "payload": n} for n in range(150_000)]
+    assert_too_many(http.post("/api/v1/push", json={"items": items}), 150_000, 10_000)
+    assert db_val(database, "SELECT count(*) FROM queen.queues WHERE name = $1", queue_name) == 0
+
+
+@pytest.fixture(scope="module")
+def small_limit_broker(broker_factory):
+    return broker_factory(PUSH_MAX_ITEMS_PER_REQUEST="5")
+
+
+def test_push_and_transaction_item_limit_is_inclusive(small_limit_broker, database, queue_name):
+    url = small_limit_broker.url
+    five = [{"queue": queue_name, "payload": n} for n in range(5)]
+    assert httpx.post(url + "/api/v1/push", json={"items": five}).status_code == 200
+    assert_too_many(httpx.post(url + "/api/v1/push", json={"items": five + five[:1]}), 6, 5)
+    # A transaction counts every pushed item of every operation, and its acks.
+    ops = [{"type": "push", "items": five[:3]}, {"type": "push", "items": five[:3]}]
+    assert_too_many(httpx.post(url + "/api/v1/transaction", json={"operations": ops}), 6, 5)
+    assert stored_messages(database, queue_name) == 5
+    r = httpx.post(url + "/api/v1/transaction", json={"operations": ops[:1]})
+    assert r.status_code == 200 and r.json()["success"], r.text
+    assert stored_messages(database, queue_name) == 8
