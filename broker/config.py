@@ -223,6 +223,9 @@ VARIABLES: list[Variable] = [
        "fewer, and replicas x pool size must fit PostgreSQL's max_connections).", _int(2)),
     _v("DB_CONNECTION_TIMEOUT", "2000", "ms", "Timeout for opening a database connection.",
        _POSITIVE),
+    _v("PG_CONNECT_WAIT_MS", "0", "ms",
+       "At start, keep retrying an unreachable PostgreSQL this long before giving up "
+       "(0 = give up at once).", _int(0)),
     _v("DB_STATEMENT_TIMEOUT", "30000", "ms", "statement_timeout for broker sessions.", _POSITIVE),
     _v("DB_LOCK_TIMEOUT", "10000", "ms", "lock_timeout for broker sessions.", _POSITIVE),
     _v("DB_IDLE_TIMEOUT", "30000", "ms",
@@ -354,6 +357,7 @@ class Settings:
     pg_ssl_reject_unauthorized: bool
     db_pool_size: int
     db_connection_timeout: int
+    pg_connect_wait_ms: int
     db_statement_timeout: int
     db_lock_timeout: int
     db_idle_timeout: int
@@ -442,6 +446,7 @@ class Settings:
             db=self.pg_db,
             pool_size=self.db_pool_size,
             connection_timeout_ms=self.db_connection_timeout,
+            connect_wait_ms=self.pg_connect_wait_ms,
             statement_timeout_ms=self.db_statement_timeout,
             lock_timeout_ms=self.db_lock_timeout,
             idle_timeout_ms=self.db_idle_timeout,

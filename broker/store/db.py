@@ -30,7 +30,7 @@ class StoreError(Exception):
 
 
 # Errors that mean "the database is not there" rather than "the request is wrong".
-_UNAVAILABLE = (
+UNAVAILABLE_ERRORS = (
     OSError,
     asyncio.TimeoutError,
     asyncpg.exceptions.ConnectionDoesNotExistError,
@@ -95,7 +95,7 @@ def _mapped_errors():
                         "retry later") from exc
     except asyncpg.exceptions.DataError as exc:
         raise StoreInvalidValue(_invalid_value_message(exc)) from exc
-    except _UNAVAILABLE as exc:
+    except UNAVAILABLE_ERRORS as exc:
         raise StoreUnavailable(f"database unavailable: {exc.__class__.__name__}: {exc}") from exc
     except asyncpg.exceptions.PostgresError as exc:
         raise StoreError(f"database error (SQLSTATE {exc.sqlstate})") from exc
