@@ -86,7 +86,10 @@ def _mapped_errors():
         yield
     except (asyncpg.exceptions.DeadlockDetectedError,
             asyncpg.exceptions.SerializationError) as exc:
-        raise StoreConflict(f"{exc.__class__.__name__}: {exc}") from exc
+        what = ("deadlock" if isinstance(exc, asyncpg.exceptions.DeadlockDetectedError)
+                else "serialization failure")
+        raise StoreConflict(f"database conflict with a concurrent request ({what}); "
+                            f"retry later") from exc
     except asyncpg.exceptions.LockNotAvailableError as exc:
         raise StoreBusy("database busy: waited too long for a lock another request holds; "
                         "retry later") from exc

@@ -5,8 +5,8 @@ import asyncpg
 import pytest
 
 from broker.http import error
-from broker.store.db import (StoreBusy, StoreError, StoreInvalidValue, StoreUnavailable,
-                             _mapped_errors)
+from broker.store.db import (StoreBusy, StoreConflict, StoreError, StoreInvalidValue,
+                             StoreUnavailable, _mapped_errors)
 
 
 def mapped(exc: BaseException) -> StoreError | StoreUnavailable:
@@ -48,6 +48,12 @@ def test_an_argument_asyncpg_cannot_encode_names_no_argument_number():
 def test_lock_and_statement_timeouts_are_busy_not_unavailable(driver_error):
     exc = mapped(driver_error)
     assert isinstance(exc, StoreBusy) and "retry later" in str(exc)
+    assert "Error" not in str(exc)
+
+
+def test_a_deadlock_is_a_conflict_named_without_the_driver_class():
+    exc = mapped(asyncpg.exceptions.DeadlockDetectedError("deadlock detected"))
+    assert isinstance(exc, StoreConflict) and "deadlock" in str(exc)
     assert "Error" not in str(exc)
 
 
