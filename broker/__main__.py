@@ -1,16 +1,41 @@
-"""``python -m broker`` / ``queen-broker``: configuration -> database -> HTTP.
+"""``python -m broker`` / ``queen-broker``: configuration -> HTTP socket -> database -> HTTP.
 
-With PG_HOST unset the broker starts (and at exit stops) its own embedded
-PostgreSQL, with its data in EMBEDDED_PG_DIR so it survives restarts.
+With PG_HOST unset the broker uses its embedded PostgreSQL, with its data in EMBEDDED_PG_DIR
+so it survives restarts. It starts the server when none runs there, and then (only then)
+stops it at exit; a server another broker started is used and left running.
+
+Every failure to start is one line naming what to change, and leaves the database as it was.
 """
 from __future__ import annotations
 
+import argparse
+import asyncio
+import os
+import socket
 import sys
+import textwrap
+import time
 from urllib.parse import quote
 
+import asyncpg
 from loguru import logger
 
-from broker.config import ConfigError, Settings, load_settings
+from broker import __version__
+from broker.config import VARIABLES, ConfigError, Settings, load_settings
+
+# Variables shown by --help; the README's configuration table has all of them.
+HELP_VARIABLES = ("HOST", "PORT", "PG_HOST", "PG_PORT", "PG_USER", "PG_PASSWORD", "PG_DB",
+                  "PG_CONNECT_WAIT_MS", "EMBEDDED_PG_DIR", "EMBEDDED_PG_PORT",
+                  "QUEEN_ENCRYPTION_KEY", "QUEEN_MESH_PEERS", "FILE_BUFFER_DIR", "JWT_ENABLED",
+                  "LOG_LEVEL")
+
+# How often a broker waiting for PostgreSQL (PG_CONNECT_WAIT_MS) says it still waits.
+WAIT_LOG_EVERY_S = 5.0
+RETRY_EVERY_S = 0.5
+
+
+class StartupError(Exception):
+    """The broker cannot start; the message is the one line that says why and what to set."""
 
 
 def external_dsn(settings: Settings) -> str:
@@ -30,7 +55,100 @@ def setup_logging(level: str) -> None:
                       "{message}")
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    by_name = {v.name: v for v in VARIABLES}
+    lines = []
+    for name in HELP_VARIABLES:
+        var = by_name[name]
+        default = "unset" if var.default is None else repr(var.default) if not var.default \
+            else var.default
+        lines += textwrap.wrap(f"{var.doc} (default: {default})", width=78,
+                               initial_indent=f"  {name:<22} ", subsequent_indent=" " * 25)
+    parser = argparse.ArgumentParser(
+        prog="queen-broker",
+        description="A PostgreSQL-backed, partitioned message broker speaking the Queen MQ\n"
+                    "HTTP API. It is configured by environment variables only.",
+        epilog="main variables:\n" + "\n".join(lines) + "\n\nEvery variable, with its "
+               "default, is in the Configuration table of the README.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"queen-broker {__version__}")
+    return parser.parse_args(argv)
+
+
+def bind_http(settings: Settings) -> socket.socket:
+    """The HTTP listening socket, bound before the database is touched; Sanic serves on it."""
+    try:
+        family = socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((settings.host, settings.port), family=family, backlog=100)
+    except OSError as exc:
+        # create_server's strerror repeats the address; the errno's own words are enough.
+        reason = os.strerror(exc.errno) if (exc.errno or 0) > 0 else (exc.strerror or exc)
+        raise StartupError(f"cannot listen on {settings.host}:{settings.port} ({reason}); "
+                           f"set PORT (or HOST) to a free address") from None
+
+
+def start_embedded(settings: Settings):
+    from broker.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError
+
+    embedded = EmbeddedPostgres(settings.embedded_pg_dir, port=settings.embedded_pg_port)
+    logger.info("starting embedded PostgreSQL in {}", settings.embedded_pg_dir)
+    try:
+        embedded.start()
+    except EmbeddedPostgresError as exc:
+        raise StartupError(f"embedded PostgreSQL did not start (see EMBEDDED_PG_DIR, "
+                           f"EMBEDDED_PG_PORT): {exc}") from None
+    if embedded.inherited:
+        logger.info("embedded PostgreSQL on {}:{} was left running by a broker that is gone; "
+                    "this broker now owns it and stops it at exit", embedded.host, embedded.port)
+    elif embedded.owned:
+        logger.info("embedded PostgreSQL ready on {}:{}; this broker stops it at exit",
+                    embedded.host, embedded.port)
+    else:
+        holder = f"broker pid {embedded.owner_pid}" if embedded.owner_pid else "another process"
+        logger.info("embedded PostgreSQL in {} already runs on {}:{}, started by {}: using it; "
+                    "it keeps running when this broker exits", settings.embedded_pg_dir,
+                    embedded.host, embedded.port, holder)
+    return embedded
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    """Errors that can heal by waiting (down, starting, full); not a wrong password."""
+    from broker.store.db import UNAVAILABLE_ERRORS
+    return isinstance(exc, UNAVAILABLE_ERRORS)
+
+
+async def wait_for_database(dsn: str, address: str, variables: str, *, wait_ms: int,
+                            connect_timeout_ms: int) -> None:
+    """Connect once (retrying for up to ``wait_ms``), so that an unreachable database is one
+    line here rather than a traceback from the server's start-up hook."""
+    deadline = time.monotonic() + wait_ms / 1000
+    last_log = None
+    while True:
+        try:
+            conn = await asyncpg.connect(dsn, timeout=connect_timeout_ms / 1000)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one line
+            reason = f"{exc.__class__.__name__}: {exc}".strip()
+            if not _is_retryable(exc):
+                raise StartupError(f"PostgreSQL at {address} refused the connection ({reason}); "
+                                   f"check {variables}") from None
+            if time.monotonic() >= deadline:
+                waited = f" for {wait_ms} ms" if wait_ms else ""
+                raise StartupError(f"cannot reach PostgreSQL at {address}{waited} ({reason}); "
+                                   f"check {variables}, or set PG_CONNECT_WAIT_MS to wait "
+                                   f"for it") from None
+            now = time.monotonic()
+            if last_log is None or now - last_log >= WAIT_LOG_EVERY_S:
+                logger.info("PostgreSQL at {} not reachable yet ({}); waiting up to "
+                            "PG_CONNECT_WAIT_MS={} ms", address, reason, wait_ms)
+                last_log = now
+            await asyncio.sleep(RETRY_EVERY_S)
+            continue
+        await conn.close()
+        return
+
+
+def main(argv: list[str] | None = None) -> int:
+    parse_args(argv)  # --help / --version exit here, before anything starts
     try:
         settings = load_settings()
     except ConfigError as exc:
@@ -41,30 +159,31 @@ def main() -> int:
         logger.info("{}: {}", block, " ".join(f"{k}={v}" for k, v in values.items()))
 
     embedded = None
-    if settings.embedded_pg:
-        from broker.embedded_pg import EmbeddedPostgres
-        embedded = EmbeddedPostgres(settings.embedded_pg_dir, port=settings.embedded_pg_port)
-        logger.info("starting embedded PostgreSQL in {}", settings.embedded_pg_dir)
-        embedded.start()
-        dsn = embedded.dsn
-        logger.info("embedded PostgreSQL ready on {}:{}", embedded.host, embedded.port)
-    else:
-        dsn = external_dsn(settings)
-
-    from broker.app import create_app
     try:
-        app = create_app(settings, dsn)
-    except ConfigError as exc:  # e.g. unreadable JWT key material
-        logger.error("configuration error: {}", exc)
-        if embedded is not None:
-            embedded.stop()
-        return 2
-    try:
+        sock = bind_http(settings)
+        if settings.embedded_pg:
+            embedded = start_embedded(settings)
+            dsn = embedded.dsn
+            address, variables = f"{embedded.host}:{embedded.port}", "EMBEDDED_PG_DIR"
+        else:
+            dsn = external_dsn(settings)
+            address = f"{settings.pg_host}:{settings.pg_port}"
+            variables = "PG_HOST/PG_PORT (and PG_USER/PG_PASSWORD/PG_DB)"
+        asyncio.run(wait_for_database(dsn, address, variables,
+                                      wait_ms=settings.pg_connect_wait_ms,
+                                      connect_timeout_ms=settings.db_connection_timeout))
+        from broker.app import create_app
+        try:
+            app = create_app(settings, dsn)
+        except ConfigError as exc:  # e.g. unreadable JWT key material
+            raise StartupError(f"configuration error: {exc}") from None
         # One process, one event loop: the actors live beside the handlers.
-        app.run(host=settings.host, port=settings.port, single_process=True,
-                access_log=False, motd=False)
+        app.run(sock=sock, single_process=True, access_log=False, motd=False)
+    except StartupError as exc:
+        logger.error("queen-broker cannot start: {}", exc)
+        return 1
     finally:
-        if embedded is not None:
+        if embedded is not None and embedded.owned:
             logger.info("stopping embedded PostgreSQL")
             embedded.stop()
     return 0

@@ -6,7 +6,7 @@ import time
 
 from loguru import logger
 from sanic import Request, Sanic
-from sanic.exceptions import MethodNotAllowed, NotFound, SanicException
+from sanic.exceptions import BadURL, MethodNotAllowed, NotFound, SanicException
 from sanic.response import HTTPResponse
 
 from actors.batcher import Batcher
@@ -24,13 +24,30 @@ from broker.http import CORS_HEADERS, error
 from broker.auth import Authenticator
 from broker.routes import ack, admin, ops, pop, push, quarantine, system
 from broker.telemetry import telemetry
-from broker.store.db import (PartitionHeld, Store, StoreConflict, StoreError,
+from broker.store.db import (PartitionHeld, Store, StoreBusy, StoreConflict, StoreError,
                              StoreInvalidValue, StoreUnavailable, fails_every_request)
 from broker.wire import BadRequest
 
 
+class QueenRequest(Request):
+    """Sanic's request, except for the stand-in Sanic builds to answer a request it could not
+    parse (method ``NONE``): Sanic 25 builds it from the same bad URL (``GET health``, no
+    leading slash), so it raised again inside the error path, logged ~40 lines of traceback
+    and closed without answering. The stand-in gets ``/`` instead; the 400 for the original
+    ``BadURL`` is then answered like any other."""
+
+    def __init__(self, url_bytes: bytes, headers, version, method, transport, app,
+                 head: bytes = b"", stream_id: int = 0):
+        try:
+            super().__init__(url_bytes, headers, version, method, transport, app, head, stream_id)
+        except BadURL:
+            if method != "NONE":
+                raise
+            super().__init__(b"/", headers, version, method, transport, app, head, stream_id)
+
+
 def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
-    app = Sanic(name, env_prefix=None)
+    app = Sanic(name, env_prefix=None, request_class=QueenRequest)
     app.config.REQUEST_MAX_SIZE = settings.max_body_bytes
     app.config.REQUEST_TIMEOUT = 60
     # Long polls hold a response for up to `timeout` ms; never cut them short.
@@ -169,9 +186,13 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
 
     @app.exception(PartitionHeld)
     async def partition_held(_request: Request, exc: PartitionHeld):
-        response = error(str(exc), 503)
-        response.headers["Retry-After"] = "1"
-        return response
+        return error(str(exc), 503)  # with Retry-After, like every 503
+
+    @app.exception(StoreBusy, StoreConflict)
+    async def busy(request: Request, exc: StoreError):
+        # Nothing was written (the statement or transaction was rolled back): a plain retry.
+        logger.warning("{} {}: {}", request.method, request.path, exc)
+        return error(str(exc), 503)
 
     @app.exception(StoreInvalidValue)
     async def invalid_value(_request: Request, exc: StoreInvalidValue):
@@ -183,7 +204,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
 
     @app.exception(StoreError)
     async def store_error(request: Request, exc: StoreError):
-        logger.error("{} {}: {}", request.method, request.path, exc)
+        # The body stays generic; the driver's own words go to the log only.
+        logger.error("{} {}: {} ({!r})", request.method, request.path, exc, exc.__cause__)
         return error(str(exc), 500)
 
     @app.exception(NotFound, MethodNotAllowed)

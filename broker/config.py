@@ -223,6 +223,9 @@ VARIABLES: list[Variable] = [
        "fewer, and replicas x pool size must fit PostgreSQL's max_connections).", _int(2)),
     _v("DB_CONNECTION_TIMEOUT", "2000", "ms", "Timeout for opening a database connection.",
        _POSITIVE),
+    _v("PG_CONNECT_WAIT_MS", "0", "ms",
+       "At start, keep retrying an unreachable PostgreSQL this long before giving up "
+       "(0 = give up at once).", _int(0)),
     _v("DB_STATEMENT_TIMEOUT", "30000", "ms", "statement_timeout for broker sessions.", _POSITIVE),
     _v("DB_LOCK_TIMEOUT", "10000", "ms", "lock_timeout for broker sessions.", _POSITIVE),
     _v("DB_IDLE_TIMEOUT", "30000", "ms",
@@ -251,6 +254,9 @@ VARIABLES: list[Variable] = [
     # Push / ack batching
     _v("PUSH_MAX_BATCH_ITEMS", "1000", "int",
        "Most pushed items folded into one SQL round trip.", _POSITIVE),
+    _v("PUSH_MAX_ITEMS_PER_REQUEST", "10000", "int",
+       "Most items one push or transaction may carry (a transaction counts its pushed items "
+       "and its acks); more get 413 and nothing is stored.", _POSITIVE),
     _v("PUSH_MAX_CONCURRENT", "8", "int", "Concurrent push round trips per broker.", _POSITIVE),
     _v("ACK_MAX_BATCH_ITEMS", "1000", "int",
        "Most acks folded into one SQL round trip.", _POSITIVE),
@@ -359,6 +365,7 @@ class Settings:
     pg_ssl_reject_unauthorized: bool
     db_pool_size: int
     db_connection_timeout: int
+    pg_connect_wait_ms: int
     db_statement_timeout: int
     db_lock_timeout: int
     db_idle_timeout: int
@@ -375,6 +382,7 @@ class Settings:
     pop_wait_max_interval_ms: int
     # Push / ack batching
     push_max_batch_items: int
+    push_max_items_per_request: int
     push_max_concurrent: int
     ack_max_batch_items: int
     ack_max_concurrent: int
@@ -448,6 +456,7 @@ class Settings:
             db=self.pg_db,
             pool_size=self.db_pool_size,
             connection_timeout_ms=self.db_connection_timeout,
+            connect_wait_ms=self.pg_connect_wait_ms,
             statement_timeout_ms=self.db_statement_timeout,
             lock_timeout_ms=self.db_lock_timeout,
             idle_timeout_ms=self.db_idle_timeout,
@@ -474,6 +483,7 @@ class Settings:
                 "wait_backoff_multiplier": self.pop_wait_backoff_multiplier,
                 "wait_max_ms": self.pop_wait_max_interval_ms,
                 "push_max_batch_items": self.push_max_batch_items,
+                "push_max_items_per_request": self.push_max_items_per_request,
                 "push_max_concurrent": self.push_max_concurrent,
                 "ack_max_batch_items": self.ack_max_batch_items,
                 "ack_max_concurrent": self.ack_max_concurrent,

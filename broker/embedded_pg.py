@@ -7,12 +7,18 @@ any one Python process.  We reuse the wheel's binary path and its root-handling 
 
 All calls here block (subprocesses); they run before the event loop starts.  ``astart`` and
 ``astop`` wrap them in a thread for async callers such as tests.
+
+Ownership: the process that starts the server records itself in ``<data dir>.owner``.
+``start()`` on a server that is already running uses it and owns it only when its recorded
+owner is gone (it crashed, leaving the server running); ``owned`` tells the broker whether
+stopping the server at exit is its job. ``stop()`` itself always stops (tests, operators).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import shlex
 import signal
@@ -57,7 +63,11 @@ class EmbeddedPostgres:
         self._log_file = self._data_dir / "postgres.log"
         # Next to the data dir, not inside: initdb insists on an empty directory.
         self._lock = fasteners.InterProcessLock(str(self._data_dir) + ".lock")
+        self._owner_file = Path(str(self._data_dir) + ".owner")
         self._system_user = SYSTEM_USER if os.geteuid() == 0 else None
+        self.owned = False  # set by start(): this process started (or inherited) the server
+        self.owner_pid: int | None = None  # after start(): the live owner when not us
+        self.inherited = False  # after start(): owned because the starter died, left it running
 
     # ---------------------------------------------------------------- properties
 
@@ -92,8 +102,15 @@ class EmbeddedPostgres:
 
             pid, port = self._postmaster()
             if pid is not None:
-                # Started by an earlier broker (or another process on this dir): reuse it.
+                # Running already: another broker's (use it, leave it to its owner), or one
+                # whose owner died and left it running (nobody else will stop it: inherit it).
                 self._port = port
+                self.owner_pid = self._live_owner()
+                if self.owner_pid is None and self._owner_file.exists():
+                    self._claim()
+                    self.inherited = True
+                else:
+                    self.owned = self.owner_pid == os.getpid()
                 return
 
             # Port 0: pick a free port once, then keep it across restarts of this object so a
@@ -109,6 +126,7 @@ class EmbeddedPostgres:
             self._run("pg_ctl", "-D", str(self._data_dir), "-l", str(self._log_file),
                       "-w", "-t", "60", "-o", options, "start")
             self._port = port
+            self._claim()
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (smart/fast/immediate); a no-op when it is not running."""
@@ -118,6 +136,8 @@ class EmbeddedPostgres:
             if self._postmaster()[0] is None:
                 return
             self._run("pg_ctl", "-D", str(self._data_dir), "-w", "-t", "60", "-m", mode, "stop")
+            self._owner_file.unlink(missing_ok=True)
+            self.owned = False
 
     def kill(self) -> None:
         """SIGKILL the postmaster, simulating a crash (for fault tests)."""
@@ -144,6 +164,23 @@ class EmbeddedPostgres:
         await asyncio.to_thread(self.stop, mode)
 
     # ---------------------------------------------------------------- internals
+
+    def _claim(self) -> None:
+        """Record this process as the owner: the one that stops the server."""
+        me = psutil.Process()
+        self._owner_file.write_text(json.dumps({"pid": me.pid, "started": me.create_time()}))
+        self.owned, self.owner_pid = True, None
+
+    def _live_owner(self) -> int | None:
+        """Pid of the recorded owner if that very process still runs (pids get reused)."""
+        try:
+            owner = json.loads(self._owner_file.read_text())
+            # Start times compared loosely: psutil derives them from clock ticks.
+            if abs(psutil.Process(owner["pid"]).create_time() - owner["started"]) < 0.5:
+                return owner["pid"]
+        except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+            pass
+        return None
 
     def _postmaster(self) -> tuple[int | None, int]:
         """(pid, port) of the live postmaster of this data dir, or (None, port)."""

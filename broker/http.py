@@ -24,8 +24,16 @@ def json(body: Any, status: int = 200) -> HTTPResponse:
     )
 
 
+# Seconds a client should wait before retrying a 503 (RFC 9110 §10.2.3): every 503 of this
+# broker is temporary (database unreachable or busy, spool draining), so every one says so.
+RETRY_AFTER_SECONDS = 1
+
+
 def error(message: str, status: int) -> HTTPResponse:
-    return json({"error": message}, status=status)
+    response = json({"error": message}, status=status)
+    if status == 503:
+        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
 
 
 def read_json(request: Request) -> Any:

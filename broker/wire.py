@@ -7,6 +7,7 @@ nothing.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -36,18 +37,28 @@ def new_uuid7() -> str:
 
 # -- formats ----------------------------------------------------------------
 
+# asyncpg decodes a stored timestamptz of +/-infinity as these naive stand-ins (every real
+# value arrives timezone-aware); readers report them the way PostgreSQL spells them.
+_STORED_INFINITY = {dt.datetime.max: "infinity", dt.datetime.min: "-infinity"}
+
+
+def _iso(ts: dt.datetime, timespec: str) -> str:
+    if ts.tzinfo is None:
+        return _STORED_INFINITY.get(ts) or ts.isoformat(timespec=timespec) + "Z"
+    if ts.utcoffset():
+        ts = ts.astimezone(dt.timezone.utc)
+    # isoformat, not strftime: strftime writes year 1 as "1", not "0001".
+    return ts.replace(tzinfo=None).isoformat(timespec=timespec) + "Z"
+
+
 def iso_micro(ts: dt.datetime | None) -> str | None:
     """Pop messages: microseconds and a literal Z."""
-    if ts is None:
-        return None
-    return ts.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return None if ts is None else _iso(ts, "microseconds")
 
 
 def iso_milli(ts: dt.datetime | None) -> str | None:
     """Every other route: milliseconds and a literal Z."""
-    if ts is None:
-        return None
-    return ts.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return None if ts is None else _iso(ts, "milliseconds")
 
 
 def is_uuid(value: Any) -> bool:
@@ -60,7 +71,15 @@ def is_uuid(value: Any) -> bool:
     return True
 
 
+# Timestamps a caller may send. The floor is the Unix epoch (no message is older, so an
+# earlier subscription start means the same as the epoch); the ceiling is a day below Python's
+# datetime.max, so converting any UTC offset and the routes' own arithmetic cannot overflow.
+EARLIEST_TIMESTAMP = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+LATEST_TIMESTAMP = dt.datetime(9999, 12, 31, tzinfo=dt.timezone.utc)
+
+
 def parse_timestamp(value: str, name: str) -> dt.datetime:
+    """An ISO-8601 timestamp (naive means UTC) between EARLIEST_ and LATEST_TIMESTAMP, in UTC."""
     text = value.strip()
     if text.endswith("Z") or text.endswith("z"):
         text = text[:-1] + "+00:00"
@@ -70,6 +89,13 @@ def parse_timestamp(value: str, name: str) -> dt.datetime:
         raise BadRequest(f"{name} must be an ISO-8601 timestamp, got {value!r}") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    try:
+        parsed = parsed.astimezone(dt.timezone.utc)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is in year 0
+        parsed = None
+    if parsed is None or not EARLIEST_TIMESTAMP <= parsed <= LATEST_TIMESTAMP:
+        raise BadRequest(f"{name} must be between {iso_milli(EARLIEST_TIMESTAMP)} and "
+                         f"{iso_milli(LATEST_TIMESTAMP)}, got {value!r}")
     return parsed
 
 
@@ -132,6 +158,14 @@ def parse_push(body: Any) -> list[PushItem]:
     if not isinstance(items, list):
         raise BadRequest("items array is required")
     return [parse_push_item(item, i) for i, item in enumerate(items)]
+
+
+def check_item_count(count: int, limit: int) -> None:
+    """One request is one statement: bound it, or it holds its partitions' locks (and other
+    pushes to them) for as long as it takes to insert."""
+    if count > limit:
+        raise BadRequest(f"Too many items in one request: {count}, at most {limit} "
+                         f"(PUSH_MAX_ITEMS_PER_REQUEST); split it into smaller requests", 413)
 
 
 def push_result(item: PushItem, row: Mapping[str, Any], index: int) -> dict:
@@ -339,7 +373,8 @@ def parse_configure(body: Any) -> tuple[str, str | None, str | None, dict[str, A
             if not isinstance(value, bool):
                 raise BadRequest(f"options.{name} must be a boolean")
         else:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or value != int(value)):
                 raise BadRequest(f"options.{name} must be an integer")
             value = int(value)
             if value < 0 or value > 2**31 - 1:

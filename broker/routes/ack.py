@@ -9,8 +9,8 @@ from broker.http import error, json, read_json
 from broker.routes.push import checked_producer_sub, to_rows, wake_after_commit
 from broker.store.db import TransactionAborted, run_transaction
 from broker.telemetry import telemetry
-from broker.wire import (BadRequest, ack_result, body_object, iso_milli, is_uuid, new_uuid7,
-                         parse_ack_item, parse_group, parse_push_item)
+from broker.wire import (BadRequest, ack_result, body_object, check_item_count, iso_milli,
+                         is_uuid, new_uuid7, parse_ack_item, parse_group, parse_push_item)
 
 bp = Blueprint("ack")
 
@@ -91,6 +91,7 @@ def _parse_transaction(body: Any):
 async def transaction(request: Request):
     flat, required = _parse_transaction(read_json(request))
     app = request.app
+    check_item_count(len(flat), app.ctx.settings.push_max_items_per_request)
     held = {(x.queue, x.partition) for k, x in flat if k == "push"}
     if held and app.ctx.spool_backlog.holds(held):
         # A transaction cannot wait in the spool, and committing its pushes now

@@ -12,7 +12,7 @@ from broker.http import json, read_json
 from broker.store.db import PushRow, StoreUnavailable
 from broker.telemetry import telemetry
 from broker.validate import Invalid, check_name
-from broker.wire import BadRequest, PushItem, new_uuid7, parse_push, push_result
+from broker.wire import BadRequest, PushItem, check_item_count, new_uuid7, parse_push, push_result
 
 bp = Blueprint("push")
 
@@ -58,6 +58,7 @@ async def push(request: Request):
     app = request.app
     producer_sub = checked_producer_sub(request)
     items = parse_push(read_json(request))
+    check_item_count(len(items), app.ctx.settings.push_max_items_per_request)
     if not items:
         return json([], status=201)
     if app.ctx.flags.push:  # maintenance: straight to the spool, no database, no wake

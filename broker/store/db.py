@@ -31,7 +31,7 @@ class StoreError(Exception):
 
 
 # Errors that mean "the database is not there" rather than "the request is wrong".
-_UNAVAILABLE = (
+UNAVAILABLE_ERRORS = (
     OSError,
     asyncio.TimeoutError,
     asyncpg.exceptions.ConnectionDoesNotExistError,
@@ -63,11 +63,41 @@ class StoreConflict(StoreError):
     """PostgreSQL aborted the transaction (deadlock, serialization); safe to rerun."""
 
 
+class StoreBusy(StoreError):
+    """PostgreSQL is there but the request waited too long (lock_timeout, statement_timeout):
+    nothing was written, and the caller should retry later (503 + Retry-After). Unlike
+    StoreUnavailable a push is not spooled for it: the database is up, just contended."""
+
+
+# What the caller sent that PostgreSQL refused, by SQLSTATE (class 22), in the caller's terms.
+_INVALID_VALUE_REASONS = {
+    "22021": "a text field contains a NUL character (\\u0000)",  # character_not_in_repertoire
+    "22P05": "a JSON value contains a NUL character (\\u0000)",   # untranslatable_character
+    "22003": "a number is out of range",                            # numeric_value_out_of_range
+    "22008": "a timestamp is out of range",                         # datetime_field_overflow
+    "22007": "a timestamp is not valid",                            # invalid_datetime_format
+    "22P02": "a value is not in the expected format (UUID, number or JSON)",
+    "22001": "a text field is too long",                            # string_data_right_truncation
+    "22032": "a JSON value is not valid",                           # invalid_json_text
+}
+
+
+def _invalid_value_message(exc: asyncpg.exceptions.DataError) -> str:
+    reason = _INVALID_VALUE_REASONS.get(exc.sqlstate)
+    if reason is None and isinstance(exc.__cause__, (OverflowError, ValueError)):
+        # asyncpg could not encode an argument ("invalid input for query argument $6: ...").
+        reason = ("a number or timestamp is out of range" if "range" in str(exc.__cause__)
+                  else "a value has the wrong type")
+    return f"invalid value: {reason or 'PostgreSQL refused a value of this request'}"
+
+
 def fails_every_request(exc: BaseException) -> bool:
-    """An error about the database rather than about one request: every
-    request of a folded round trip would meet it alike, so none is retried
-    alone, and a spooled event that meets it is kept for a later replay."""
-    return isinstance(exc, StoreUnavailable)
+    """An error about the database rather than about one request (it is
+    unreachable, or busy past a timeout): every request of a folded round trip
+    would meet it alike, so none is retried alone, and a spooled event that
+    meets it is kept for a later replay."""
+    return isinstance(exc, (StoreUnavailable, StoreBusy))
+
 
 
 @contextlib.contextmanager
@@ -76,13 +106,22 @@ def _mapped_errors():
         yield
     except (asyncpg.exceptions.DeadlockDetectedError,
             asyncpg.exceptions.SerializationError) as exc:
-        raise StoreConflict(f"{exc.__class__.__name__}: {exc}") from exc
+        what = ("deadlock" if isinstance(exc, asyncpg.exceptions.DeadlockDetectedError)
+                else "serialization failure")
+        raise StoreConflict(f"database conflict with a concurrent request ({what}); "
+                            f"retry later") from exc
+    except asyncpg.exceptions.LockNotAvailableError as exc:
+        raise StoreBusy("database busy: waited too long for a lock another request holds; "
+                        "retry later") from exc
+    except asyncpg.exceptions.QueryCanceledError as exc:  # statement_timeout, pg_cancel_backend
+        raise StoreBusy("database busy: the request took longer than the statement timeout; "
+                        "retry later") from exc
     except asyncpg.exceptions.DataError as exc:
-        raise StoreInvalidValue(f"invalid value: {exc}") from exc
-    except _UNAVAILABLE as exc:
+        raise StoreInvalidValue(_invalid_value_message(exc)) from exc
+    except UNAVAILABLE_ERRORS as exc:
         raise StoreUnavailable(f"database unavailable: {exc.__class__.__name__}: {exc}") from exc
     except asyncpg.exceptions.PostgresError as exc:
-        raise StoreError(f"{exc.__class__.__name__}: {exc}") from exc
+        raise StoreError(f"database error (SQLSTATE {exc.sqlstate})") from exc
 
 
 def now_us() -> int:
@@ -398,7 +437,7 @@ async def run_transaction(store: Store, steps: list[tuple[str, list]],
             # Two transactions locked partitions and cursors in opposite orders;
             # PostgreSQL aborted this one, so nothing was committed: run it again.
             if attempt == 2:
-                raise StoreError("transaction kept deadlocking; retry later") from None
+                raise StoreBusy("transaction kept deadlocking; retry later") from None
             logger.info("transaction deadlocked; retrying")
     raise AssertionError("unreachable")
 
