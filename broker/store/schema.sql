@@ -151,5 +151,15 @@ CREATE TABLE IF NOT EXISTS queen.spool_servers (
 );
 
 -- Accept time (broker clock, microseconds) of the latest push committed to a
--- partition: a replayed push accepted before it landed out of order.
-ALTER TABLE queen.partitions ADD COLUMN IF NOT EXISTS last_accept_us bigint NOT NULL DEFAULT 0;
+-- partition: a replayed push accepted before it landed out of order. Added
+-- only when missing: ALTER TABLE takes an exclusive lock even when IF NOT
+-- EXISTS finds the column, which would stall every push while a broker boots.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = 'queen.partitions'::regclass AND attname = 'last_accept_us'
+                     AND NOT attisdropped) THEN
+        ALTER TABLE queen.partitions ADD COLUMN last_accept_us bigint NOT NULL DEFAULT 0;
+    END IF;
+END;
+$$;
