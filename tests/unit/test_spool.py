@@ -92,6 +92,20 @@ async def until(cond, timeout: float = 3.0) -> None:
         await asyncio.sleep(0.005)
 
 
+async def until_stats(spool, cond, timeout: float = 3.0) -> dict:
+    """Wait until the spool's own stats satisfy ``cond`` (files vanish from
+    disk a moment before the actor has counted them out)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        stats = await spool.stats()
+        if cond(stats):
+            return stats
+        if loop.time() > end:
+            raise AssertionError(f"stats never satisfied the condition: {stats}")
+        await asyncio.sleep(0.005)
+
+
 class FixedClock:
     def __init__(self, t: float = 1_700_000_000.0) -> None:
         self.t = t
@@ -197,8 +211,8 @@ async def test_replays_in_per_partition_push_order_in_chunks(make, db, sdir):
     assert db.tids("b") == [f"b-{i}" for i in range(10)]
     assert max(db.chunks) <= 3
     await until(lambda: files(sdir, ".buf") == [])
-    stats = await spool.stats()
-    assert stats["pendingCount"] == 0 and stats["pendingFiles"] == 0 and stats["dbHealthy"]
+    stats = await until_stats(spool, lambda st: st["pendingCount"] == 0)
+    assert stats["pendingFiles"] == 0 and stats["dbHealthy"]
 
 
 async def test_pause_holds_everything_resume_drains(make, db, sdir):
@@ -306,8 +320,8 @@ async def test_transient_failures_keep_files_in_place_then_drain(make, db, sdir)
     await until(lambda: len(db.rows) == 2)
     assert db.tids() == ["a", "b"]
     await until(lambda: files(sdir, ".buf") == [])
-    stats = await spool.stats()
-    assert stats["dbHealthy"] is True and stats["pendingCount"] == 0
+    stats = await until_stats(spool, lambda st: st["pendingCount"] == 0)
+    assert stats["dbHealthy"] is True
     assert stats["failedFiles"]["count"] == 0
 
 
@@ -343,8 +357,8 @@ async def test_a_rejected_event_is_quarantined_alone_and_its_neighbours_commit(m
     assert "invalid input syntax" in entry["error"]
     full = await spool.quarantine_get(entry["id"])
     assert full["event"]["payload"] == {"n": "bad", "text": "héllo"}
-    stats = await spool.stats()
-    assert stats["quarantinedEvents"] == 1 and stats["pendingCount"] == 0 and stats["dbHealthy"]
+    stats = await until_stats(spool, lambda st: st["pendingCount"] == 0)
+    assert stats["quarantinedEvents"] == 1 and stats["dbHealthy"]
 
 
 async def test_bisection_keeps_order_around_several_rejected_events(make, db, sdir):
