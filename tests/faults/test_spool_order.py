@@ -144,6 +144,9 @@ async def test_a_killed_peer_holds_its_partitions_for_the_bounded_wait_only(
                 raise AssertionError("the spools did not register their backlogs")
         finally:
             await conn.close()
+        backlog = httpx.get(b.url + "/api/v1/system/maintenance").json()["clusterBacklog"]
+        assert sorted((x["partitions"], x["spool"].split("-")[1]) for x in backlog
+                      if x["spool"].startswith("kill-")) == [(1, "a"), (1, "b")]
         os.kill(a.proc.pid, signal.SIGKILL)
         a.proc.wait(10)
         killed_at = time.monotonic()
