@@ -177,6 +177,7 @@ def test_sync_log_block():
         "enabled": True, "mesh_active": True, "server_id": "q1", "mesh_port": 6633,
         "peers": ["a:6633", "b:7000"], "secret": "<unset>", "heartbeat_ms": 1000,
         "dead_threshold_ms": 5000, "cache_refresh_ms": 60000, "auth": "off",
+        "mesh_host": "127.0.0.1", "tls": "off",
     }
 
 
