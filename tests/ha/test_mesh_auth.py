@@ -411,3 +411,68 @@ async def test_a_storm_of_wake_frames_does_not_multiply_pop_queries(fresh_databa
         assert delta < allowed < frames_sent * pops, (delta, allowed)
     finally:
         b.stop()
+
+
+# --- open mode and mutual TLS between brokers -----------------------------------------------
+
+
+def test_open_mode_warns_and_shows_auth_off(broker_factory):
+    b = broker_factory(**{**mesh_env("queen-open", free_port(), [free_port()]),
+                          "QUEEN_SYNC_SECRET": ""})
+    assert "QUEEN_SYNC_SECRET is empty" in b.log()
+    assert transport(b.url)["auth"] == "off"
+
+
+def test_require_secret_refuses_to_start_in_open_mode(database, tmp_path):
+    with pytest.raises(RuntimeError, match="QUEEN_MESH_REQUIRE_SECRET"):
+        start_broker(database, tmp_path, **{**mesh_env("queen-req", free_port(), [free_port()]),
+                                            "QUEEN_SYNC_SECRET": "",
+                                            "QUEEN_MESH_REQUIRE_SECRET": "true"})
+
+
+def test_mutual_tls_between_two_brokers(fresh_database, tmp_path, queue_name):
+    import ssl
+
+    from tests.mesh_pki import make_pki, tls_env
+    pki = make_pki(tmp_path / "pki")
+    port_a, port_b = free_port(), free_port()
+    a = start_broker(fresh_database, tmp_path,
+                     **mesh_env("queen-ta", port_a, [port_b], **NO_TIMER, **tls_env(pki, "a")))
+    b = start_broker(fresh_database, tmp_path,
+                     **mesh_env("queen-tb", port_b, [port_a], **NO_TIMER, **tls_env(pki, "b")))
+    pool = ThreadPoolExecutor(1)
+    try:
+        for x in (a, b):
+            wait_until(lambda: all_connected(x.url, 1), what="TLS mesh up")
+            assert transport(x.url)["tls"] is True
+        pop = park_pop(pool, b, queue_name)
+        wait_until(lambda: parked(b) == 1, 10, "pop parked on B")
+        httpx.post(a.url + "/api/v1/push", json={"items": [{"queue": queue_name, "payload": 7}]})
+        assert [m["data"] for m in pop.result().json()["messages"]] == [7]
+        httpx.post(a.url + "/api/v1/system/maintenance", json={"enabled": True})
+        wait_until(lambda: flags(b)[0], 5, "flag on B over TLS")
+        httpx.post(a.url + "/api/v1/system/maintenance", json={"enabled": False})
+        wait_until(lambda: not flags(b)[0], 5, "flag off on B over TLS")
+
+        # A client with a certificate from another CA (and a valid HELLO) is refused.
+        def refused() -> int:  # a failed certificate check, or the handshake never finishing
+            r = rejections(b)
+            return r["tls"] + r["timeout"]
+
+        before = refused()
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        ctx.load_cert_chain(pki["rogue"]["cert"], pki["rogue"]["key"])
+        try:
+            with socket.create_connection(("127.0.0.1", port_b), timeout=10) as raw, \
+                    ctx.wrap_socket(raw) as s:
+                s.sendall(RawPeer("intruder").hello)
+                s.recv(1)
+        except (ssl.SSLError, OSError):
+            pass
+        wait_until(lambda: refused() > before, 20, "rogue certificate refused")
+        assert transport(b.url)["servers_alive"] == 1  # A only
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        a.stop()
+        b.stop()
