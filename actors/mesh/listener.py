@@ -214,6 +214,11 @@ class MeshListener(AsyncioActor):
                          detail=f"{self._max_connections} connections already open")
             writer.transport.abort()
             return
+        if self._tls is not None:
+            # Nothing may reach the plain StreamReader before start_tls takes the
+            # transport over: a ClientHello buffered there would never reach TLS
+            # and the handshake would hang. start_tls resumes reading itself.
+            writer.transport.pause_reading()
         task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
