@@ -9,8 +9,9 @@ byte on an accepted connection: the dialler learns nothing from it, not even
 a rejection.
 
 Resources an unauthenticated client can hold are bounded: at most
-`max_connections` accepted connections at once (more are closed on accept);
-`handshake_timeout_s` to finish TLS and send a HELLO of at most
+`max_connections` accepted connections at once (more are closed on accept;
+with TLS, counted once the TLS handshake is done); `handshake_timeout_s` to
+finish TLS, and again to send a HELLO of at most
 MAX_HELLO_LENGTH bytes; after the HELLO, a frame (heartbeats included) at
 least every `dead_threshold_ms` and none longer than `max_frame_bytes`.
 Liveness (the last time any valid frame arrived, keyed by the HELLO's
@@ -59,11 +60,11 @@ DEFAULT_MAX_CONNECTIONS = 8
 MIN_MONITOR_TICK_MS = 250
 
 # Why a connection was closed. Before an accepted HELLO: cap (too many
-# connections, or nonces in the window), tls, timeout, framing, oversize,
+# connections, or nonces in the window), timeout, framing, oversize,
 # bad_hello, bad_mac, skew, replayed_nonce. After it: framing, oversize,
 # bad_mac, sequence, idle.
 REJECTION_REASONS = ("bad_hello", "bad_mac", "skew", "replayed_nonce", "sequence", "oversize",
-                     "cap", "timeout", "idle", "tls", "framing")
+                     "cap", "timeout", "idle", "framing")
 
 # Rejection log lines: at most LOG_BURST per LOG_WINDOW_S; the rest are
 # counted and the count reported with the next line that is written.
@@ -180,7 +181,12 @@ class MeshListener(AsyncioActor):
             msg = "mesh listener already serving"
             raise RuntimeError(msg)
         self._started_ms = now_ms()
-        self._server = await asyncio.start_server(self._accept, host, port)
+        # With TLS, asyncio runs the handshake (bounded by the handshake timeout)
+        # before `_accept` sees the connection; a client that fails it is closed
+        # by asyncio and never reaches the counters below.
+        tls_timeout = self._handshake_timeout_s if self._tls is not None else None
+        self._server = await asyncio.start_server(self._accept, host, port, ssl=self._tls,
+                                                  ssl_handshake_timeout=tls_timeout)
         bound = self._server.sockets[0].getsockname()[1]
         tick_ms = max(self.state.dead_threshold_ms / 2, MIN_MONITOR_TICK_MS)
         self._monitor = asyncio.get_running_loop().create_task(
@@ -214,11 +220,6 @@ class MeshListener(AsyncioActor):
                          detail=f"{self._max_connections} connections already open")
             writer.transport.abort()
             return
-        if self._tls is not None:
-            # Nothing may reach the plain StreamReader before start_tls takes the
-            # transport over: a ClientHello buffered there would never reach TLS
-            # and the handshake would hang. start_tls resumes reading itself.
-            writer.transport.pause_reading()
         task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
@@ -243,12 +244,6 @@ class MeshListener(AsyncioActor):
     ) -> tuple[str, Opener] | None:
         try:
             async with asyncio.timeout(self._handshake_timeout_s):
-                if self._tls is not None:
-                    try:
-                        await writer.start_tls(self._tls)
-                    except (ssl.SSLError, OSError) as exc:
-                        self._reject(peer, "tls", before_hello=True, detail=repr(exc))
-                        return None
                 frame_type, raw = await read_frame(reader, MAX_HELLO_LENGTH)
         except TimeoutError:
             self._reject(peer, "timeout", before_hello=True, detail="no HELLO in time")

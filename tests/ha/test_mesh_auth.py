@@ -443,9 +443,7 @@ def test_mutual_tls_between_two_brokers(fresh_database, tmp_path, queue_name):
     pool = ThreadPoolExecutor(1)
     try:
         for x in (a, b):
-            # A dial that reaches B while B is still starting can sit in its TLS handshake
-            # until the 5 s connect timeout, then back off: allow for a few such rounds.
-            wait_until(lambda: all_connected(x.url, 1), 45, what="TLS mesh up")
+            wait_until(lambda: all_connected(x.url, 1), what="TLS mesh up")
             assert transport(x.url)["tls"] is True
         pop = park_pop(pool, b, queue_name)
         wait_until(lambda: parked(b) == 1, 10, "pop parked on B")
@@ -456,24 +454,20 @@ def test_mutual_tls_between_two_brokers(fresh_database, tmp_path, queue_name):
         httpx.post(a.url + "/api/v1/system/maintenance", json={"enabled": False})
         wait_until(lambda: not flags(b)[0], 5, "flag off on B over TLS")
 
-        # A client with a certificate from another CA (and a valid HELLO) is refused.
-        before = rejections(b)["tls"]
+        # A client with a certificate from another CA (and a valid HELLO) is refused, and
+        # so is plain TCP carrying a valid HELLO: each connection ends without a byte
+        # and without a server joining.
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
         ctx.load_cert_chain(pki["rogue"]["cert"], pki["rogue"]["key"])
         try:
-            with socket.create_connection(("127.0.0.1", port_b), timeout=10) as raw, \
+            with socket.create_connection(("127.0.0.1", port_b), timeout=20) as raw, \
                     ctx.wrap_socket(raw) as s:
                 s.sendall(RawPeer("intruder").hello)
-                s.recv(1)
+                assert s.recv(1) == b""
         except (ssl.SSLError, OSError):
             pass
-        wait_until(lambda: rejections(b)["tls"] > before, 10, "rogue certificate refused")
-        # Plain TCP carrying a valid HELLO: refused too (a failed or unfinished TLS handshake).
-        before = rejections(b)["tls"] + rejections(b)["timeout"]
         assert send_until_closed(port_b, RawPeer("plain").hello, timeout=30) == b""
-        wait_until(lambda: rejections(b)["tls"] + rejections(b)["timeout"] > before, 20,
-                   "plain connection refused")
         assert transport(b.url)["servers_alive"] == 1  # A only
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
