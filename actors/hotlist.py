@@ -89,6 +89,12 @@ DEFER_MAX_S = 1.0
 # Bound of the mesh dirty-hint set; hints beyond it are dropped (the reseed
 # floor heals a lost hint).
 MAX_DIRTY = 200_000
+# A peer's dirty hint adds a partition to a ring only while the ring tracks
+# fewer than this many: a hint may name partitions that do not exist, and
+# must not grow memory without bound. A hint dropped here costs latency only
+# (the next reseed finds a real partition); local marks (committed pushes)
+# are not capped.
+MAX_REMOTE_RING_ENTRIES = 10_000
 
 
 class Take(NamedTuple):
@@ -157,12 +163,15 @@ class HotList:
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         idle_ring_s: float = 600.0,
+        max_remote_ring_entries: int = MAX_REMOTE_RING_ENTRIES,
     ) -> None:
         self.reseed_s = reseed_ms / 1000
         self.jitter_s = jitter_ms / 1000
         self.stranded_after_s = stranded_after_s
         self.seed_claim_s = seed_claim_s
         self.max_dirty = max_dirty
+        self.max_remote_ring_entries = max_remote_ring_entries
+        self.remote_marks_dropped = 0
         self.track_dirty = track_dirty
         self.clock = clock
         self._rng = rng or random.Random()
@@ -193,6 +202,9 @@ class HotList:
         for ring in groups.values():
             entry = ring.entries.get(partition)
             if entry is None:
+                if remote and len(ring.entries) >= self.max_remote_ring_entries:
+                    self.remote_marks_dropped += 1
+                    continue
                 entry = ring.entries[partition] = _Entry()
                 self._make_ready(ring, partition, entry)
                 transitioned = True

@@ -12,7 +12,7 @@ from sanic.response import HTTPResponse
 from actors.batcher import Batcher
 from actors.pop_waiters import PopWaiterRegistry
 from actors.hotlist import HotListActor
-from actors.mesh import Mesh
+from actors.mesh import Mesh, MeshTLS
 from actors.mesh.hints import Hints
 from actors.reconciler import CacheReconciler, MaintenanceFlags, QueueConfigCache
 from actors.runtime import stop_all
@@ -104,11 +104,16 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         app.ctx.hints = hints
         app.ctx.mesh = None
         if settings.mesh_active:
+            tls = (MeshTLS(settings.queen_mesh_tls_cert, settings.queen_mesh_tls_key,
+                           settings.queen_mesh_tls_ca) if settings.mesh_tls else None)
             mesh = Mesh(server_id=settings.queen_server_id, port=settings.queen_mesh_port,
                         peers=settings.queen_mesh_peers, secret=settings.queen_sync_secret,
                         heartbeat_ms=settings.queen_sync_heartbeat_ms,
                         dead_threshold_ms=settings.queen_sync_dead_threshold_ms,
-                        on_frame=hints.on_frame)
+                        on_frame=hints.on_frame, bind_host=settings.queen_mesh_host,
+                        max_skew_ms=settings.queen_mesh_max_skew_ms,
+                        max_frame_bytes=settings.queen_mesh_max_frame_bytes,
+                        max_connections=settings.queen_mesh_max_connections, tls=tls)
             await mesh.start()  # a bind failure is logged; the local waker still works
             app.ctx.mesh = hints.mesh = mesh
             hints.start_dirty_flusher()

@@ -276,9 +276,29 @@ VARIABLES: list[Variable] = [
     _v("QUEEN_MESH_PEERS", "", "list",
        "Comma-separated host[:port] peers; port defaults to the mesh port (alias QUEEN_UDP_PEERS).",
        _peers, aliases=("QUEEN_UDP_PEERS",)),
+    _v("QUEEN_MESH_HOST", "$HOST", "str",
+       "Address the mesh listens on; defaults to HOST.", _str, dynamic=lambda env: None),
     _v("QUEEN_SYNC_SECRET", "", "secret",
-       "Shared HMAC secret for mesh messages; empty = open (unauthenticated) mode.", _str,
+       "Shared secret authenticating every mesh connection and frame (HMAC-SHA256); empty = "
+       "open (unauthenticated) mode, warned about at boot and every 5 minutes.", _str,
        secret=True),
+    _v("QUEEN_MESH_REQUIRE_SECRET", "false", "bool",
+       "Refuse to start when QUEEN_SYNC_SECRET is empty.", _bool),
+    _v("QUEEN_MESH_MAX_SKEW_MS", "30000", "ms",
+       "Replay window: a mesh HELLO whose timestamp is further than this from the local clock "
+       "is refused, and nonces are remembered this long.", _int(1000)),
+    _v("QUEEN_MESH_MAX_FRAME_BYTES", "1048576", "int",
+       "Largest mesh frame accepted (or sent); a longer length prefix closes the connection "
+       "before anything is read.", _int(4096, 64 * 1024 * 1024)),
+    _v("QUEEN_MESH_MAX_CONNECTIONS", "4 × peers + 4", "int",
+       "Accepted mesh connections allowed at once; more are closed on accept.", _POSITIVE,
+       dynamic=lambda env: None),
+    _v("QUEEN_MESH_TLS_CERT", None, "path",
+       "PEM certificate (chain) of this broker for mutual TLS on the mesh; set all three "
+       "QUEEN_MESH_TLS_* or none.", _path),
+    _v("QUEEN_MESH_TLS_KEY", None, "path", "PEM private key of QUEEN_MESH_TLS_CERT.", _path),
+    _v("QUEEN_MESH_TLS_CA", None, "path",
+       "PEM CA certificate(s) the peers' mesh certificates must be signed by.", _path),
     _v("QUEEN_SYNC_HEARTBEAT_MS", "1000", "ms", "Interval of mesh heartbeats.", _POSITIVE),
     _v("QUEEN_SYNC_DEAD_THRESHOLD_MS", "5000", "ms",
        "Silence after which a peer counts as dead (> heartbeat).", _POSITIVE),
@@ -393,7 +413,15 @@ class Settings:
     queen_sync_enabled: bool
     queen_mesh_port: int
     queen_mesh_peers: tuple[tuple[str, int], ...]
+    queen_mesh_host: str
     queen_sync_secret: str = field(repr=False)
+    queen_mesh_require_secret: bool
+    queen_mesh_max_skew_ms: int
+    queen_mesh_max_frame_bytes: int
+    queen_mesh_max_connections: int
+    queen_mesh_tls_cert: Path | None
+    queen_mesh_tls_key: Path | None
+    queen_mesh_tls_ca: Path | None
     queen_sync_heartbeat_ms: int
     queen_sync_dead_threshold_ms: int
     queen_cache_refresh_interval_ms: int
@@ -435,6 +463,11 @@ class Settings:
     def embedded_pg(self) -> bool:
         """True when the broker runs its own PostgreSQL (PG_HOST unset)."""
         return self.pg_host is None
+
+    @property
+    def mesh_tls(self) -> bool:
+        """Mutual TLS on the mesh (all three QUEEN_MESH_TLS_* are set; checked at load)."""
+        return self.queen_mesh_tls_cert is not None
 
     @property
     def mesh_active(self) -> bool:
@@ -499,6 +532,8 @@ class Settings:
                 "dead_threshold_ms": self.queen_sync_dead_threshold_ms,
                 "cache_refresh_ms": self.queen_cache_refresh_interval_ms,
                 "auth": "hmac" if self.queen_sync_secret else "off",
+                "mesh_host": self.queen_mesh_host,
+                "tls": "on" if self.mesh_tls else "off",
             },
         }
 
@@ -545,8 +580,17 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         for host, port in values["queen_mesh_peers"]
     )
 
+    # The mesh binds where the HTTP API does unless told otherwise.
+    if values["queen_mesh_host"] is None:
+        values["queen_mesh_host"] = values["host"]
+    if values["queen_mesh_max_connections"] is None:
+        values["queen_mesh_max_connections"] = 4 * len(values["queen_mesh_peers"]) + 4
+
     _check_relations(values)
     return Settings(**values)
+
+
+MESH_TLS_VARIABLES = ("QUEEN_MESH_TLS_CERT", "QUEEN_MESH_TLS_KEY", "QUEEN_MESH_TLS_CA")
 
 
 def _check_relations(v: dict[str, Any]) -> None:
@@ -562,6 +606,17 @@ def _check_relations(v: dict[str, Any]) -> None:
             f"QUEEN_SYNC_DEAD_THRESHOLD_MS must be greater than QUEEN_SYNC_HEARTBEAT_MS "
             f"({v['queen_sync_heartbeat_ms']}), got {v['queen_sync_dead_threshold_ms']}"
         )
+    if v["queen_mesh_require_secret"] and not v["queen_sync_secret"]:
+        raise ConfigError("QUEEN_MESH_REQUIRE_SECRET is true but QUEEN_SYNC_SECRET is empty")
+    tls = {name: v[name.lower()] for name in MESH_TLS_VARIABLES}
+    if any(tls.values()):
+        missing = [name for name, path in tls.items() if path is None]
+        if missing:
+            raise ConfigError(f"mesh TLS needs all of {', '.join(MESH_TLS_VARIABLES)}; "
+                              f"{', '.join(missing)} not set")
+        for name, path in tls.items():
+            if not path.is_file():
+                raise ConfigError(f"{name} names {str(path)!r}, which is not a readable file")
     if v["jwt_enabled"]:
         algorithm = v["jwt_algorithm"]
         has_public = bool(v["jwt_public_key"] or v["jwt_jwks_url"])

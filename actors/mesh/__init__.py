@@ -6,13 +6,18 @@ listens (`MeshListener`, receive-only) and dials every configured peer
 (`MeshPeer`, send-only), so each pair of brokers shares exactly two TCP
 connections, each used one way.
 
+Every connection opens with a HELLO that cannot be replayed and carries
+only sealed frames after it (handshake.py, frames.py); optionally all of it
+inside mutual TLS (tls.py). Every resource an unauthenticated client can
+hold is bounded (listener.py).
+
 This package knows nothing of HTTP or the database; the broker gives the
 mesh an `on_frame(type, payload, sender_server_id)` callback and calls
 `broadcast()`.
 
     mesh = Mesh(server_id="queen-a", port=6633, peers=[("queen-b", 6633)],
                 secret=secret, heartbeat_ms=1000, dead_threshold_ms=5000,
-                on_frame=handle)
+                on_frame=handle, bind_host="10.0.0.5")
     await mesh.start()          # False: bind failed, sending still works
     mesh.broadcast(MESSAGE_AVAILABLE_BATCH, {"items": [...]})
     mesh.stats()
@@ -21,6 +26,7 @@ mesh an `on_frame(type, payload, sender_server_id)` callback and calls
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Any
 
@@ -37,11 +43,15 @@ from actors.mesh.frames import (
     POP_MAINTENANCE_MODE_SET,
     QUEUE_CONFIG_DELETE,
     QUEUE_CONFIG_SET,
+    DEFAULT_MAX_FRAME_BYTES,
+    SEALED_OVERHEAD,
     FrameError,
-    encode,
+    encode_payload,
 )
-from actors.mesh.listener import ListenerState, MeshListener, OnFrame
+from actors.mesh.handshake import DEFAULT_MAX_SKEW_MS
+from actors.mesh.listener import REJECTION_REASONS, ListenerState, MeshListener, OnFrame
 from actors.mesh.peer import MeshPeer, PeerLink, reconnect_delay_ms
+from actors.mesh.tls import MeshTLS
 
 __all__ = [
     "HEARTBEAT",
@@ -57,9 +67,22 @@ __all__ = [
     "Mesh",
     "MeshListener",
     "MeshPeer",
+    "MeshTLS",
     "PeerLink",
+    "REJECTION_REASONS",
     "reconnect_delay_ms",
 ]
+
+
+# With peers and no secret anyone who can reach the port speaks for a peer:
+# said at start and again this often, so it is not forgotten in the logs.
+OPEN_MODE_WARNING_INTERVAL_S = 300.0
+
+
+def default_max_connections(peer_count: int) -> int:
+    """Accepted connections allowed at once: one per peer normally, a few more
+    while a peer's old connection has not yet been noticed dead."""
+    return 4 * peer_count + 4
 
 
 class Mesh:
@@ -74,9 +97,13 @@ class Mesh:
         heartbeat_ms: int,
         dead_threshold_ms: int,
         on_frame: OnFrame,
-        bind_host: str = "0.0.0.0",  # noqa: S104 - the mesh must be firewalled (seed-ha.md)
+        bind_host: str = "127.0.0.1",
         *,
         handshake_timeout_s: float | None = None,
+        max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_connections: int | None = None,
+        tls: MeshTLS | None = None,
     ) -> None:
         self.server_id = server_id
         self.port = port
@@ -86,12 +113,23 @@ class Mesh:
         self._dead_threshold_ms = dead_threshold_ms
         self._on_frame = on_frame
         self._handshake_timeout_s = handshake_timeout_s
+        self._max_skew_ms = max_skew_ms
+        self.max_frame_bytes = max_frame_bytes
         self.links = [PeerLink(host, port) for host, port in peers]
+        self.max_connections = (default_max_connections(len(self.links))
+                                if max_connections is None else max_connections)
+        self._tls = tls
         self.listener_state = ListenerState(dead_threshold_ms)
         self._listener: ActorRef[MeshListener] | None = None
         self._peers: list[ActorRef[MeshPeer]] = []
+        self._open_mode_warner: asyncio.Task[None] | None = None
         self.listening = False
         self.broadcasts = 0
+        self.oversize_dropped = 0  # broadcasts too large for a frame
+
+    @property
+    def auth(self) -> str:
+        return "hmac" if self._secret else "off"
 
     async def start(self) -> bool:
         """Start listening and dialling. False when the port could not be bound.
@@ -106,22 +144,25 @@ class Mesh:
             self._on_frame,
             secret=self._secret,
             dead_threshold_ms=self._dead_threshold_ms,
+            max_skew_ms=self._max_skew_ms,
+            max_frame_bytes=self.max_frame_bytes,
+            max_connections=self.max_connections,
+            tls=self._tls.server_context() if self._tls is not None else None,
             state=self.listener_state,
             **kwargs,
         )
         try:
             self.port = await listener.proxy().start_serving(self.bind_host, self.port)
         except OSError as exc:
-            logger.warning(
-                f"TCP mesh bind failed on {self.bind_host}:{self.port}: {exc} "
-                "(continuing with local waker only)"
-            )
+            logger.warning("TCP mesh bind failed on {}:{}: {} (continuing with local waker only)",
+                           self.bind_host, self.port, exc)
             await listener.stop(block=False)
         else:
             self._listener = listener
             self.listening = True
         # Writes stalled for longer than a peer may stay silent end the connection.
         stall_ms = max(self._dead_threshold_ms, 2 * self._heartbeat_ms)
+        client_tls = self._tls.client_context() if self._tls is not None else None
         self._peers = [
             MeshPeer.start(
                 link,
@@ -129,50 +170,81 @@ class Mesh:
                 secret=self._secret,
                 heartbeat_ms=self._heartbeat_ms,
                 stall_timeout_ms=stall_ms,
+                tls=client_tls,
             )
             for link in self.links
         ]
-        logger.info(
-            f"mesh started: server_id={self.server_id} port={self.port} "
-            f"peers={len(self.links)} auth={'hmac' if self._secret else 'off'}"
-        )
+        logger.info("mesh started: server_id={} host={} port={} peers={} auth={} tls={}",
+                    self.server_id, self.bind_host, self.port, len(self.links), self.auth,
+                    "on" if self._tls is not None else "off")
+        if not self._secret and self.links:
+            self._warn_open_mode()
+            self._open_mode_warner = asyncio.get_running_loop().create_task(
+                self._repeat_open_mode_warning(), name="mesh-open-mode-warning")
         return self.listening
+
+    def _warn_open_mode(self) -> None:
+        logger.warning("mesh: QUEEN_SYNC_SECRET is empty: the mesh on {}:{} is unauthenticated; "
+                       "anyone who can reach it can send hints, including maintenance flips "
+                       "(set QUEEN_SYNC_SECRET, or QUEEN_MESH_REQUIRE_SECRET=true to refuse "
+                       "to start like this)", self.bind_host, self.port)
+
+    async def _repeat_open_mode_warning(self) -> None:
+        while True:
+            await asyncio.sleep(OPEN_MODE_WARNING_INTERVAL_S)
+            self._warn_open_mode()
 
     def broadcast(self, frame_type: int, payload: Any = None) -> int:
         """Offer one frame to every peer; returns how many peers queued it.
 
         Never blocks and never raises: a full or disconnected peer drops the
-        frame (counted in its `dropped`), an unencodable payload is logged.
+        frame (counted in its `dropped`); an unencodable payload, or one too
+        large for a frame, is logged and dropped.
         """
         try:
-            frame = encode(frame_type, payload)
+            body = encode_payload(payload)
         except (TypeError, ValueError) as exc:
-            logger.error(f"mesh: cannot encode frame type {frame_type}: {exc}")
+            logger.error("mesh: cannot encode frame type {}: {}", frame_type, exc)
+            return 0
+        if not 0 <= frame_type <= 0xFF:
+            logger.error("mesh: frame type out of range: {}", frame_type)
+            return 0
+        if SEALED_OVERHEAD + len(body) > self.max_frame_bytes:
+            self.oversize_dropped += 1
+            logger.error("mesh: frame type {} of {} bytes exceeds QUEEN_MESH_MAX_FRAME_BYTES={}; "
+                         "dropped", frame_type, len(body), self.max_frame_bytes)
             return 0
         self.broadcasts += 1
-        return sum(link.offer(frame) for link in self.links)
+        return sum(link.offer(frame_type, body) for link in self.links)
 
     def stats(self) -> dict[str, Any]:
-        """The mesh stats object of behaviour.md §3.6.
+        """The mesh stats object of behaviour.md §3.6, plus the authentication figures.
 
         `messages_sent`: frames written to peers (one per peer per broadcast,
         HELLO and HEARTBEAT excluded); `messages_dropped`: frames offered to a
         full or disconnected peer, or discarded on reconnect;
-        `messages_received`: frames dispatched to `on_frame`.
+        `messages_received`: frames dispatched to `on_frame`;
+        `handshake_failures`: accepted connections closed before a HELLO was
+        accepted; `signature_failures`: HELLOs and frames whose MAC did not
+        verify; `sequence_rejections`: frames that verified but came out of
+        order (replayed or reordered); `rejections`: every closed
+        connection by reason.
         """
         state = self.listener_state
         alive, dead = state.liveness()
         return {
             "server_id": self.server_id,
             "transport": "tcp-mesh",
+            "host": self.bind_host,
             "port": self.port,
+            "auth": self.auth,
+            "tls": self._tls is not None,
             "peer_count": len(self.links),
             "peers": [
                 {
                     "host": link.host,
                     "port": link.port,
                     "connected": link.connected,
-                    "resolved": link.connected,
                     "resolved_ip": link.resolved_ip if link.connected else None,
                 }
                 for link in self.links
@@ -182,12 +254,21 @@ class Mesh:
             "messages_sent": sum(link.sent for link in self.links),
             "messages_received": state.messages_received,
             "messages_dropped": sum(link.dropped for link in self.links),
+            "messages_too_large": self.oversize_dropped,
+            "inbound_connections": state.inbound_connections,
+            "max_connections": self.max_connections,
+            "max_frame_bytes": self.max_frame_bytes,
             "handshake_failures": state.handshake_failures,
-            "signature_failures": state.handshake_failures,
-            "sequence_rejections": 0,
+            "signature_failures": state.rejections["bad_mac"],
+            "sequence_rejections": state.rejections["sequence"],
+            "rejections": dict(state.rejections),
         }
 
     async def stop(self) -> None:
+        if self._open_mode_warner is not None:
+            self._open_mode_warner.cancel()
+            await asyncio.gather(self._open_mode_warner, return_exceptions=True)
+            self._open_mode_warner = None
         peers, self._peers = self._peers, []
         for ref in peers:
             await ref.stop(block=False)

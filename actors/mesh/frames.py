@@ -1,14 +1,23 @@
 """The mesh wire format: the only code that touches mesh bytes.
 
-A frame is ``u32 big-endian length | u8 type | JSON payload`` where
-``length = 1 + len(payload)`` (the type byte is counted). There are no
-sequence numbers and no per-frame MAC: TCP gives ordering and integrity, and
-the only authentication is the HELLO that opens a connection (behaviour.md
-§3.2–§3.4).
+Two framings share one 4-byte big-endian length prefix, which counts every
+byte after itself:
 
-The reader rejects a zero length or a length above `MAX_FRAME_LENGTH` from the
-4-byte prefix alone, before reading (and so before buffering) the body: a
-hostile length prefix cannot drive an allocation.
+    plain   u32 length | u8 type | JSON payload                  (HELLO only)
+    sealed  u32 length | u64 seq | u8 type | JSON payload | mac[32]
+
+A connection carries exactly one plain frame, the HELLO (handshake.py), then
+sealed frames only. ``seq`` starts at 1 and grows by one per frame;
+``mac = HMAC-SHA256(connection key, every byte of the frame before the mac)``,
+length prefix included. The connection key comes from the HELLO
+(handshake.py), so a frame is only valid on the connection it was written
+for, at its place in the stream: a frame copied from another connection, or
+repeated, skipped or reordered on this one, is rejected.
+
+The reader rejects a zero length or a length above its limit from the 4-byte
+prefix alone, before reading (and so before buffering) the body: a hostile
+length prefix cannot drive an allocation. HMAC comes from the standard
+library (``hmac``, compared with ``hmac.compare_digest``).
 """
 
 from __future__ import annotations
@@ -17,29 +26,31 @@ import asyncio
 import hashlib
 import hmac
 import json
-import secrets
 import struct
 from typing import Any
 
 __all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
     "FRAME_NAMES",
     "HEARTBEAT",
     "HELLO",
     "HINT_TYPES",
     "HOTLIST_DIRTY_BATCH",
+    "MAC_BYTES",
     "MAINTENANCE_MODE_SET",
-    "MAX_FRAME_LENGTH",
     "MESSAGE_AVAILABLE",
     "MESSAGE_AVAILABLE_BATCH",
     "POP_MAINTENANCE_MODE_SET",
     "QUEUE_CONFIG_DELETE",
     "QUEUE_CONFIG_SET",
+    "SEALED_OVERHEAD",
     "FrameError",
+    "Opener",
+    "Sealer",
     "decode_payload",
     "encode",
-    "make_hello",
+    "encode_payload",
     "read_frame",
-    "verify_hello",
 ]
 
 MESSAGE_AVAILABLE = 1
@@ -68,52 +79,61 @@ FRAME_NAMES: dict[int, str] = {
 # the transport's liveness map.
 HINT_TYPES: frozenset[int] = frozenset(FRAME_NAMES) - {HELLO, HEARTBEAT}
 
-# Largest accepted length prefix (type byte + payload).
-MAX_FRAME_LENGTH = 16 * 1024 * 1024
+# Default largest length prefix (QUEEN_MESH_MAX_FRAME_BYTES). The biggest
+# hint a broker sends is a HOTLIST_DIRTY_BATCH of 1000 partitions (tens of
+# KiB with long names); 1 MiB leaves room without letting a peer park 16 MiB.
+DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
 
+MAC_BYTES = 32
 _LENGTH = struct.Struct(">I")
-_HEADER = struct.Struct(">IB")
-
-NONCE_BYTES = 16  # 32 hex characters
+_PLAIN_HEADER = struct.Struct(">IB")
+_SEALED_HEADER = struct.Struct(">IQB")  # length, seq, type
+# Bytes of a sealed frame's length that are not payload: seq, type, mac.
+SEALED_OVERHEAD = 8 + 1 + MAC_BYTES
 
 
 class FrameError(Exception):
     """The byte stream is not a valid frame sequence; the connection must close.
 
-    `clean_eof` is True when the stream ended exactly on a frame boundary
-    (the peer closed without sending a partial frame).
+    `reason` is the counter it is reported under (framing, oversize, bad_mac,
+    sequence); `clean_eof` is True when the stream ended exactly on a frame
+    boundary (the peer closed without sending a partial frame).
     """
 
-    def __init__(self, message: str, *, clean_eof: bool = False) -> None:
+    def __init__(self, message: str, *, reason: str = "framing", clean_eof: bool = False) -> None:
         super().__init__(message)
+        self.reason = reason
         self.clean_eof = clean_eof
 
 
-def encode(frame_type: int, payload: Any = None) -> bytes:
-    """One frame. `payload` is JSON-encoded; None gives an empty payload (length 1).
+def encode_payload(payload: Any = None) -> bytes:
+    """A payload's JSON bytes; None gives an empty payload. TypeError if not encodable."""
+    return b"" if payload is None else json.dumps(payload, separators=(",", ":")).encode()
 
-    Raises ValueError for a type outside 0..255 or a frame above MAX_FRAME_LENGTH,
+
+def encode(frame_type: int, payload: Any = None,
+           max_length: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
+    """One plain frame (the HELLO). None gives an empty payload (length 1).
+
+    Raises ValueError for a type outside 0..255 or a frame above `max_length`,
     TypeError for a payload JSON cannot encode.
     """
+    _check_type(frame_type)
+    body = encode_payload(payload)
+    length = 1 + len(body)
+    if length > max_length:
+        msg = f"frame too large: {length} bytes"
+        raise ValueError(msg)
+    return _PLAIN_HEADER.pack(length, frame_type) + body
+
+
+def _check_type(frame_type: int) -> None:
     if not 0 <= frame_type <= 0xFF:
         msg = f"frame type out of range: {frame_type}"
         raise ValueError(msg)
-    body = b"" if payload is None else json.dumps(payload, separators=(",", ":")).encode()
-    length = 1 + len(body)
-    if length > MAX_FRAME_LENGTH:
-        msg = f"frame too large: {length} bytes"
-        raise ValueError(msg)
-    return _HEADER.pack(length, frame_type) + body
 
 
-async def read_frame(
-    reader: asyncio.StreamReader, max_length: int = MAX_FRAME_LENGTH
-) -> tuple[int, bytes]:
-    """Read one frame: (type, raw payload bytes).
-
-    Raises FrameError for a truncated prefix or body, a zero length, or a
-    length above `max_length` (checked before the body is read).
-    """
+async def _read_body(reader: asyncio.StreamReader, max_length: int, min_length: int) -> bytes:
     try:
         prefix = await reader.readexactly(_LENGTH.size)
     except asyncio.IncompleteReadError as exc:
@@ -127,13 +147,75 @@ async def read_frame(
         raise FrameError(msg)
     if length > max_length:
         msg = f"frame length {length} exceeds limit {max_length}"
+        raise FrameError(msg, reason="oversize")
+    if length < min_length:
+        msg = f"frame length {length} below the minimum {min_length}"
         raise FrameError(msg)
     try:
-        body = await reader.readexactly(length)
+        return prefix + await reader.readexactly(length)
     except asyncio.IncompleteReadError as exc:
         msg = f"truncated frame ({len(exc.partial)} of {length} bytes)"
         raise FrameError(msg) from None
-    return body[0], body[1:]
+
+
+async def read_frame(
+    reader: asyncio.StreamReader, max_length: int = DEFAULT_MAX_FRAME_BYTES
+) -> tuple[int, bytes]:
+    """Read one plain frame: (type, raw payload bytes).
+
+    Raises FrameError for a truncated prefix or body, a zero length, or a
+    length above `max_length` (checked before the body is read).
+    """
+    frame = await _read_body(reader, max_length, 1)
+    return frame[4], frame[5:]
+
+
+def _mac(key: bytes, data: bytes) -> bytes:
+    return hmac.new(key, data, hashlib.sha256).digest()
+
+
+class Sealer:
+    """The sending side of one connection: numbers and MACs each frame."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+        self.seq = 0  # of the last frame sealed
+
+    def seal(self, frame_type: int, body: bytes) -> bytes:
+        _check_type(frame_type)
+        self.seq += 1
+        head = _SEALED_HEADER.pack(SEALED_OVERHEAD + len(body), self.seq, frame_type)
+        signed = head + body
+        return signed + _mac(self._key, signed)
+
+
+class Opener:
+    """The receiving side of one connection: checks each frame's MAC, then its number."""
+
+    def __init__(self, key: bytes, max_length: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._key = key
+        self.max_length = max_length
+        self.seq = 0  # of the last frame accepted
+
+    async def read(self, reader: asyncio.StreamReader) -> tuple[int, bytes]:
+        """The next frame: (type, raw payload). FrameError (with a reason) if it is not valid.
+
+        The MAC is checked first: a frame that verifies but carries another
+        number than the next one was written for this connection and is
+        being replayed or reordered (`sequence`); one that does not verify
+        was forged, altered or written for another connection (`bad_mac`).
+        """
+        frame = await _read_body(reader, self.max_length, SEALED_OVERHEAD)
+        signed, given = frame[:-MAC_BYTES], frame[-MAC_BYTES:]
+        if not hmac.compare_digest(_mac(self._key, signed), given):
+            msg = "frame MAC does not verify"
+            raise FrameError(msg, reason="bad_mac")
+        _, seq, frame_type = _SEALED_HEADER.unpack_from(signed)
+        if seq != self.seq + 1:
+            msg = f"sequence number {seq}, expected {self.seq + 1}"
+            raise FrameError(msg, reason="sequence")
+        self.seq = seq
+        return frame_type, signed[_SEALED_HEADER.size:]
 
 
 def decode_payload(payload: bytes) -> dict[str, Any] | None:
@@ -143,45 +225,3 @@ def decode_payload(payload: bytes) -> dict[str, Any] | None:
     except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError
         return None
     return value if isinstance(value, dict) else None
-
-
-def _mac(secret: str, nonce: str) -> bytes:
-    return hmac.new(secret.encode(), nonce.encode(), hashlib.sha256).digest()
-
-
-def make_hello(server_id: str, secret: str) -> dict[str, str]:
-    """HELLO payload: a fresh random nonce and hex(HMAC-SHA256(secret, nonce)).
-
-    The mac is empty when the secret is empty (open mode).
-    """
-    nonce = secrets.token_hex(NONCE_BYTES)
-    mac = _mac(secret, nonce).hex() if secret else ""
-    return {"server_id": server_id, "nonce": nonce, "mac": mac}
-
-
-def verify_hello(payload: Any, secret: str) -> str | None:
-    """The sender's server_id if this HELLO payload is acceptable, else None.
-
-    Open mode (empty secret): any non-empty `server_id` is accepted, whatever
-    the mac. Otherwise `nonce` and `mac` must be strings and `mac` the hex
-    HMAC-SHA256 of the nonce under the secret, compared in constant time.
-    Nonces are not tracked: a captured HELLO can be replayed (§3.4).
-    """
-    if not isinstance(payload, dict):
-        return None
-    server_id = payload.get("server_id")
-    if not isinstance(server_id, str) or not server_id:
-        return None
-    if not secret:
-        return server_id
-    nonce = payload.get("nonce")
-    mac = payload.get("mac")
-    if not isinstance(nonce, str) or not nonce or not isinstance(mac, str):
-        return None
-    try:
-        given = bytes.fromhex(mac)
-    except ValueError:
-        return None
-    if not hmac.compare_digest(_mac(secret, nonce), given):
-        return None
-    return server_id

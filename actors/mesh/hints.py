@@ -10,7 +10,11 @@ to pending in the hot-list go out, coalesced, as HOTLIST_DIRTY_BATCH;
 configure/delete send QUEUE_CONFIG_SET/DELETE with the name only;
 maintenance flips send MAINTENANCE_MODE_SET / POP_MAINTENANCE_MODE_SET.
 
-Receiving: the same effects locally, and never a re-broadcast.
+Receiving: the same effects locally, and never a re-broadcast. Received
+wakes pass a per-queue gate (wake_gate.py), so a storm of wake frames cannot
+become a storm of pop queries; received dirty marks are capped per hot-list
+ring (hotlist.py), so naming partitions that do not exist costs nothing
+lasting.
 """
 from __future__ import annotations
 
@@ -20,10 +24,14 @@ from typing import Any, Iterable
 from loguru import logger
 
 from actors.mesh import frames
+from actors.mesh.wake_gate import WakeGate
 from actors.reconciler import MaintenanceFlags, QueueConfigCache
 
 DIRTY_FLUSH_INTERVAL_S = 0.01
 DIRTY_BATCH_MAX = 1000
+# Most (queue, partition) items per wake frame: a push of many partitions
+# goes out as several frames, each well under QUEEN_MESH_MAX_FRAME_BYTES.
+WAKE_BATCH_MAX = 1000
 
 
 class Hints:
@@ -35,6 +43,7 @@ class Hints:
         self._hotlist = hotlist      # HotListActor proxy, or None
         self.mesh = mesh             # Mesh, or None when no peers / sync disabled
         self._flusher: asyncio.Task | None = None
+        self.remote_wakes = WakeGate(self._waiters.wake_many)
 
     # -- sending ------------------------------------------------------------
     def pushed(self, pairs: list[tuple[str, str]]) -> None:
@@ -43,8 +52,10 @@ class Hints:
         if self._hotlist is not None:
             self._hotlist.mark_many(pairs)
         if self.mesh is not None:
-            self.mesh.broadcast(frames.MESSAGE_AVAILABLE_BATCH,
-                                {"items": [{"queue": q, "partition": p} for q, p in pairs]})
+            unique = list(dict.fromkeys(pairs))
+            for i in range(0, len(unique), WAKE_BATCH_MAX):
+                self.mesh.broadcast(frames.MESSAGE_AVAILABLE_BATCH, {"items": [
+                    {"queue": q, "partition": p} for q, p in unique[i:i + WAKE_BATCH_MAX]]})
 
     def queue_config_changed(self, queue: str, *, deleted: bool) -> None:
         self._cache.forget(queue)
@@ -65,6 +76,7 @@ class Hints:
                                                                     name="hotlist-dirty")
 
     async def stop(self) -> None:
+        self.remote_wakes.stop()
         if self._flusher is not None:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
@@ -107,7 +119,7 @@ class Hints:
 
     def _wake(self, pairs: list[tuple[str, str]]) -> None:
         if pairs:
-            self._waiters.wake_many(pairs)
+            self.remote_wakes.offer(pairs)
 
 
 def _pairs(items: Iterable[Any] | None) -> list[tuple[str, str]]:

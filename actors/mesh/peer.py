@@ -6,18 +6,24 @@ that drains it. Loss is designed in (§3.1): a full queue or a disconnected
 peer drops the frame and counts it; frames still queued when a connection
 ends are discarded before the next connection is marked connected, so stale
 wakes or maintenance flips are never replayed.
+
+The queue holds (type, JSON payload) pairs; the dialler seals each one as it
+writes it, with the next sequence number of the current connection under the
+key its own HELLO fixed (handshake.py, frames.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections import deque
 from typing import Any
 
 from loguru import logger
 
-from actors.mesh.frames import HEARTBEAT, HELLO, encode, make_hello
+from actors.mesh.frames import HEARTBEAT, HELLO, Sealer, encode, encode_payload
+from actors.mesh.handshake import connection_key, hello_of, make_hello
 from actors.runtime import AsyncioActor
 
 __all__ = ["SEND_QUEUE_SIZE", "MeshPeer", "PeerLink", "reconnect_delay_ms"]
@@ -53,7 +59,7 @@ class PeerLink:
         self.host = host
         self.port = port
         self.capacity = capacity
-        self.queue: deque[bytes] = deque()
+        self.queue: deque[tuple[int, bytes]] = deque()  # (type, JSON payload)
         self.ready = asyncio.Event()  # set while the queue is non-empty
         self.connected = False
         self.resolved_ip: str | None = None
@@ -62,16 +68,16 @@ class PeerLink:
         self.failures = 0  # consecutive failed dials or lost connections
         self.recent_delays_ms: deque[int] = deque(maxlen=16)
 
-    def offer(self, frame: bytes) -> bool:
-        """Queue an encoded frame; False (and counted as dropped) when down or full."""
+    def offer(self, frame_type: int, body: bytes) -> bool:
+        """Queue a frame (type, JSON payload); False (and counted as dropped) when down or full."""
         if not self.connected or len(self.queue) >= self.capacity:
             self.dropped += 1
             return False
-        self.queue.append(frame)
+        self.queue.append((frame_type, body))
         self.ready.set()
         return True
 
-    def take_all(self) -> list[bytes]:
+    def take_all(self) -> list[tuple[int, bytes]]:
         frames = list(self.queue)
         self.queue.clear()
         self.ready.clear()
@@ -87,7 +93,6 @@ class PeerLink:
             "host": self.host,
             "port": self.port,
             "connected": self.connected,
-            "resolved": self.connected,
             "resolved_ip": self.resolved_ip if self.connected else None,
             "sent": self.sent,
             "dropped": self.dropped,
@@ -115,6 +120,7 @@ class MeshPeer(AsyncioActor):
         secret: str,
         heartbeat_ms: int,
         stall_timeout_ms: int = DEFAULT_STALL_TIMEOUT_MS,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         super().__init__()
         self.link = link
@@ -122,6 +128,7 @@ class MeshPeer(AsyncioActor):
         self._secret = secret
         self._heartbeat_s = heartbeat_ms / 1000
         self._stall_timeout_s = stall_timeout_ms / 1000
+        self._tls = tls
         self._task: asyncio.Task[None] | None = None
 
     def on_start(self) -> None:
@@ -136,9 +143,9 @@ class MeshPeer(AsyncioActor):
         self.link.connected = False
         self.link.resolved_ip = None
 
-    def offer(self, frame: bytes) -> bool:
+    def offer(self, frame_type: int, body: bytes) -> bool:
         """Through the actor inbox; the broadcaster calls `link.offer` directly."""
-        return self.link.offer(frame)
+        return self.link.offer(frame_type, body)
 
     def stats(self) -> dict[str, Any]:
         return self.link.stats()
@@ -152,10 +159,12 @@ class MeshPeer(AsyncioActor):
             try:
                 # A hostname is resolved again on every attempt.
                 async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                    reader, writer = await asyncio.open_connection(link.host, link.port)
-            except (OSError, TimeoutError) as exc:
+                    reader, writer = await asyncio.open_connection(
+                        link.host, link.port, ssl=self._tls,
+                        server_hostname=link.host if self._tls is not None else None)
+            except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
                 log = logger.info if was_up else logger.debug
-                log(f"mesh: cannot connect to peer {link.host}:{link.port}: {exc!r}")
+                log("mesh: cannot connect to peer {}:{}: {!r}", link.host, link.port, exc)
                 was_up = False
             else:
                 link.failures = 0
@@ -178,14 +187,17 @@ class MeshPeer(AsyncioActor):
             # Stale frames go before the peer counts as connected: nothing
             # queued during an earlier connection is ever delivered on this one.
             link.discard_queued()
-            writer.write(encode(HELLO, make_hello(self._server_id, self._secret)))
+            hello = make_hello(self._server_id, self._secret)
+            sealer = Sealer(connection_key(self._secret, hello_of(hello)))
+            writer.write(encode(HELLO, hello))
             link.resolved_ip = peername[0] if peername else None
             link.connected = True
-            logger.info(f"mesh: connected to peer {link.host}:{link.port} ({link.resolved_ip})")
+            logger.info("mesh: connected to peer {}:{} ({})", link.host, link.port,
+                        link.resolved_ip)
             await self._drain(writer)
-            await self._stream(reader, writer)
+            await self._stream(reader, writer, sealer)
         except (OSError, _ConnectionLost, TimeoutError) as exc:
-            logger.info(f"mesh: connection to peer {link.host}:{link.port} lost: {exc!r}")
+            logger.info("mesh: connection to peer {}:{} lost: {!r}", link.host, link.port, exc)
         finally:
             link.connected = False
             link.resolved_ip = None
@@ -199,10 +211,12 @@ class MeshPeer(AsyncioActor):
             msg = f"writes stalled for {self._stall_timeout_s:g} s"
             raise _ConnectionLost(msg) from None
 
-    async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _stream(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sealer: Sealer
+    ) -> None:
         link = self.link
         loop = asyncio.get_running_loop()
-        heartbeat = encode(HEARTBEAT, {"server_id": self._server_id})
+        heartbeat = encode_payload({"server_id": self._server_id})
         # The first heartbeat tick is skipped: HELLO was just written.
         next_heartbeat = loop.time() + self._heartbeat_s
         eof = loop.create_task(reader.read(4096))
@@ -211,7 +225,7 @@ class MeshPeer(AsyncioActor):
             while True:
                 timeout = next_heartbeat - loop.time()
                 if timeout <= 0:
-                    writer.write(heartbeat)
+                    writer.write(sealer.seal(HEARTBEAT, heartbeat))
                     next_heartbeat = loop.time() + self._heartbeat_s
                     await self._drain(writer)
                     continue
@@ -229,7 +243,7 @@ class MeshPeer(AsyncioActor):
                         eof = loop.create_task(reader.read(4096))
                     continue
                 frames = link.take_all()
-                writer.write(b"".join(frames))
+                writer.write(b"".join(sealer.seal(t, body) for t, body in frames))
                 link.sent += len(frames)
                 await self._drain(writer)
         finally:

@@ -177,6 +177,7 @@ def test_sync_log_block():
         "enabled": True, "mesh_active": True, "server_id": "q1", "mesh_port": 6633,
         "peers": ["a:6633", "b:7000"], "secret": "<unset>", "heartbeat_ms": 1000,
         "dead_threshold_ms": 5000, "cache_refresh_ms": 60000, "auth": "off",
+        "mesh_host": "127.0.0.1", "tls": "off",
     }
 
 
@@ -209,3 +210,33 @@ def test_readme_configuration_table_matches_the_code():
     assert embedded.strip() == markdown_table().strip(), (
         "README.md's configuration table is stale: paste broker.config.markdown_table() "
         "between the config markers")
+
+
+def test_mesh_host_defaults_to_host_and_connection_cap_to_peers():
+    s = load_settings({"HOST": "10.1.2.3", "QUEEN_MESH_PEERS": "a,b"})
+    assert s.queen_mesh_host == "10.1.2.3" and s.queen_mesh_max_connections == 12
+    s = load_settings({"HOST": "10.1.2.3", "QUEEN_MESH_HOST": "10.9.9.9",
+                       "QUEEN_MESH_MAX_CONNECTIONS": "3"})
+    assert s.queen_mesh_host == "10.9.9.9" and s.queen_mesh_max_connections == 3
+    assert s.queen_mesh_max_skew_ms == 30000 and s.queen_mesh_max_frame_bytes == 1024 * 1024
+
+
+def test_require_secret_makes_an_empty_secret_a_config_error():
+    with pytest.raises(ConfigError, match="QUEEN_MESH_REQUIRE_SECRET"):
+        load_settings({"QUEEN_MESH_REQUIRE_SECRET": "true", "QUEEN_MESH_PEERS": "a"})
+    assert load_settings({"QUEEN_MESH_REQUIRE_SECRET": "true",
+                          "QUEEN_SYNC_SECRET": "s"}).queen_mesh_require_secret
+
+
+def test_mesh_tls_needs_all_three_readable_files(tmp_path):
+    files = {}
+    for name in ("QUEEN_MESH_TLS_CERT", "QUEEN_MESH_TLS_KEY", "QUEEN_MESH_TLS_CA"):
+        path = tmp_path / name
+        path.write_text("pem")
+        files[name] = str(path)
+    assert load_settings(files).mesh_tls
+    with pytest.raises(ConfigError, match="QUEEN_MESH_TLS_KEY"):
+        load_settings({k: v for k, v in files.items() if k != "QUEEN_MESH_TLS_KEY"})
+    with pytest.raises(ConfigError, match="QUEEN_MESH_TLS_CA"):
+        load_settings({**files, "QUEEN_MESH_TLS_CA": str(tmp_path / "missing.pem")})
+    assert not load_settings({}).mesh_tls

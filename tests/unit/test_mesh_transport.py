@@ -26,11 +26,14 @@ from actors.mesh.frames import (
     MESSAGE_AVAILABLE_BATCH,
     QUEUE_CONFIG_SET,
     FrameError,
+    Opener,
+    Sealer,
     decode_payload,
     encode,
-    make_hello,
+    encode_payload,
     read_frame,
 )
+from actors.mesh.handshake import connection_key, hello_of, make_hello
 from actors.mesh.listener import ListenerState, MeshListener
 from actors.mesh.peer import SEND_QUEUE_SIZE, MeshPeer, PeerLink, reconnect_delay_ms
 
@@ -111,6 +114,21 @@ def hello(server_id="raw", secret=SECRET) -> bytes:
     return encode(HELLO, make_hello(server_id, secret))
 
 
+class RawPeer:
+    """A hand-driven dialler: a HELLO and frames sealed under its key."""
+
+    def __init__(self, server_id="raw", secret=SECRET) -> None:
+        payload = make_hello(server_id, secret)
+        self.hello = encode(HELLO, payload)
+        self.sealer = Sealer(connection_key(secret, hello_of(payload)))
+
+    def frame(self, frame_type: int, payload=None) -> bytes:
+        return self.sealer.seal(frame_type, encode_payload(payload))
+
+    def raw(self, frame_type: int, body: bytes) -> bytes:
+        return self.sealer.seal(frame_type, body)
+
+
 # --- backoff schedule (invariant 12) ------------------------------------------
 
 
@@ -178,12 +196,14 @@ async def test_pair_has_exactly_two_one_way_connections():
         assert stats["port"] == port_a
         assert stats["peer_count"] == 1
         assert stats["peers"] == [{"host": HOST, "port": port_b, "connected": True,
-                                   "resolved": True, "resolved_ip": HOST}]
+                                   "resolved_ip": HOST}]
+        assert stats["auth"] == "hmac" and stats["tls"] is False
         assert stats["servers_alive"] == 1 and stats["servers_dead"] == 0
         assert stats["messages_sent"] == 1 and stats["messages_received"] == 1
         assert stats["messages_dropped"] == 0
         assert stats["handshake_failures"] == stats["signature_failures"] == 0
         assert stats["sequence_rejections"] == 0
+        assert set(stats["rejections"].values()) == {0}
         # Still two connections after some heartbeats: nobody redialled.
         await asyncio.sleep(0.3)
         assert a.listener_state.inbound_connections == 1
@@ -193,8 +213,9 @@ async def test_pair_has_exactly_two_one_way_connections():
 async def test_listener_never_writes_on_an_accepted_connection():
     async with listener() as (port, state, recorder, _):
         reader, writer = await connect(port)
-        writer.write(hello("raw") + encode(MESSAGE_AVAILABLE, {"queue": "q", "partition": "p"})
-                     + encode(HEARTBEAT, {"server_id": "raw"}))
+        raw = RawPeer()
+        writer.write(raw.hello + raw.frame(MESSAGE_AVAILABLE, {"queue": "q", "partition": "p"})
+                     + raw.frame(HEARTBEAT, {"server_id": "raw"}))
         await writer.drain()
         await wait_until(lambda: recorder.frames)
         writer.write_eof()
@@ -248,7 +269,7 @@ async def test_hostile_first_frame_is_rejected_silently(name):
         peer = MeshPeer.start(link, server_id="good", secret=SECRET, heartbeat_ms=100)
         try:
             await wait_until(lambda: link.connected)
-            link.offer(encode(MESSAGE_AVAILABLE, {"queue": "q", "partition": "p"}))
+            link.offer(MESSAGE_AVAILABLE, encode_payload({"queue": "q", "partition": "p"}))
             await wait_until(lambda: recorder.frames)
             assert recorder.frames[0][2] == "good"
             assert state.handshake_failures == 1
@@ -273,20 +294,21 @@ async def test_connect_and_close_without_bytes_is_not_a_failure():
         assert state.handshake_failures == 0
 
 
-async def test_open_mode_accepts_any_mac_but_needs_a_server_id():
+async def test_open_mode_runs_the_same_protocol_with_an_empty_key():
     async with listener(secret="") as (port, state, recorder, _):
         reader, writer = await connect(port)
-        writer.write(encode(HELLO, {"server_id": "anon", "nonce": "n", "mac": "not-hex"})
-                     + encode(QUEUE_CONFIG_SET, {"queue": "q"}))
+        raw = RawPeer("anon", secret="")
+        writer.write(raw.hello + raw.frame(QUEUE_CONFIG_SET, {"queue": "q"}))
         await wait_until(lambda: recorder.frames)
         assert recorder.frames == [(QUEUE_CONFIG_SET, {"queue": "q"}, "anon")]
         writer.close()
 
         reader, writer = await connect(port)
-        writer.write(encode(HELLO, {"server_id": "", "nonce": "n", "mac": ""}))
+        writer.write(encode(HELLO, {**make_hello("anon", ""), "mac": "00" * 32}))
         await assert_closed_without_bytes(reader)
         writer.close()
         assert state.handshake_failures == 1
+        assert state.rejections["bad_mac"] == 1
 
 
 async def test_secret_mode_accepts_correct_mac_and_records_liveness():
@@ -303,13 +325,14 @@ async def test_bad_frames_after_handshake():
     """Malformed JSON and unknown types are skipped; a framing error closes."""
     async with listener() as (port, state, recorder, _):
         reader, writer = await connect(port)
+        raw = RawPeer()
         writer.write(
-            hello("raw")
-            + b"\x00\x00\x00\x04\x01{{{"                      # malformed JSON: ignored
-            + encode(MESSAGE_AVAILABLE, ["not", "an", "object"])  # not an object: ignored
-            + encode(99, {"queue": "q"})                      # unknown type: ignored
-            + encode(MESSAGE_AVAILABLE_BATCH, {"items": [{"queue": "q", "partition": "p"}]})
-            + encode(MAINTENANCE_MODE_SET, {"enabled": True})
+            raw.hello
+            + raw.raw(MESSAGE_AVAILABLE, b"{{{")                  # malformed JSON: ignored
+            + raw.frame(MESSAGE_AVAILABLE, ["not", "an", "object"])  # not an object: ignored
+            + raw.frame(99, {"queue": "q"})                        # unknown type: ignored
+            + raw.frame(MESSAGE_AVAILABLE_BATCH, {"items": [{"queue": "q", "partition": "p"}]})
+            + raw.frame(MAINTENANCE_MODE_SET, {"enabled": True})
         )
         await wait_until(lambda: len(recorder.frames) == 2)
         assert [t for t, _, _ in recorder.frames] == [MESSAGE_AVAILABLE_BATCH, MAINTENANCE_MODE_SET]
@@ -324,8 +347,9 @@ async def test_bad_frames_after_handshake():
 async def test_truncated_frame_after_handshake_is_not_dispatched():
     async with listener() as (port, state, recorder, _):
         reader, writer = await connect(port)
-        frame = encode(MESSAGE_AVAILABLE, {"queue": "q", "partition": "p"})
-        writer.write(hello("raw") + frame[:-2])
+        raw = RawPeer()
+        frame = raw.frame(MESSAGE_AVAILABLE, {"queue": "q", "partition": "p"})
+        writer.write(raw.hello + frame[:-2])
         writer.write_eof()
         await assert_closed_without_bytes(reader)
         writer.close()
@@ -344,8 +368,9 @@ async def test_handler_errors_are_swallowed(logs):
     async with mesh("queen-a", port, on_frame=on_frame) as (m, bound, _):
         assert bound
         reader, writer = await connect(port)
-        writer.write(hello("raw") + encode(QUEUE_CONFIG_SET, {"queue": "q", "boom": True})
-                     + encode(QUEUE_CONFIG_SET, {"queue": "r"}))
+        raw = RawPeer()
+        writer.write(raw.hello + raw.frame(QUEUE_CONFIG_SET, {"queue": "q", "boom": True})
+                     + raw.frame(QUEUE_CONFIG_SET, {"queue": "r"}))
         await wait_until(lambda: len(calls) == 2)
         assert calls[1] == {"queue": "r"}
         assert any("handler failed" in line for line in logs)
@@ -363,7 +388,13 @@ async def test_liveness_dead_and_recovered(logs):
         await wait_until(lambda: state.liveness() == (1, 0))
         await wait_until(lambda: state.liveness() == (0, 1))
         await wait_until(lambda: any("peer down: queen-z" in line for line in logs))
-        writer.write(encode(HEARTBEAT, {"server_id": "queen-z"}))
+        # The silent connection was closed as idle; the peer comes back on a new one.
+        await assert_closed_without_bytes(reader)
+        writer.close()
+        assert state.rejections["idle"] == 1
+        reader, writer = await connect(port)
+        raw = RawPeer("queen-z")
+        writer.write(raw.hello + raw.frame(HEARTBEAT, {"server_id": "queen-z"}))
         await wait_until(lambda: state.liveness() == (1, 0))
         await wait_until(lambda: any("peer recovered: queen-z" in line for line in logs))
         writer.close()
@@ -375,7 +406,6 @@ async def test_never_seen_peer_is_neither_alive_nor_dead():
         stats = m.stats()
         assert stats["servers_alive"] == 0 and stats["servers_dead"] == 0
         assert stats["peers"][0]["connected"] is False
-        assert stats["peers"][0]["resolved"] is False
         assert stats["peers"][0]["resolved_ip"] is None
 
 
@@ -388,8 +418,11 @@ async def test_heartbeats_flow_without_traffic():
     async def sink(reader, writer):
         try:
             with contextlib.suppress(FrameError, OSError):
+                frame_type, raw = await read_frame(reader)
+                received.append((time.monotonic(), frame_type, raw))
+                opener = Opener(connection_key(SECRET, hello_of(decode_payload(raw))))
                 while True:
-                    frame_type, raw = await read_frame(reader)
+                    frame_type, raw = await opener.read(reader)
                     received.append((time.monotonic(), frame_type, raw))
         finally:
             writer.close()
@@ -405,8 +438,9 @@ async def test_heartbeats_flow_without_traffic():
         server.close()
         await server.wait_closed()
     assert received[0][1] == HELLO
-    assert decode_payload(received[0][2])["server_id"] == "queen-a"
-    beats = [r for r in received[1:]]
+    hello_payload = decode_payload(received[0][2])
+    assert hello_payload["server_id"] == "queen-a"
+    beats = received[1:]
     assert all(t == HEARTBEAT for _, t, _ in beats)
     assert decode_payload(beats[0][2]) == {"server_id": "queen-a"}
     # At least once per interval: generous slack for a loaded machine.
@@ -419,12 +453,12 @@ async def test_heartbeats_flow_without_traffic():
 
 def test_link_queue_is_bounded():
     link = PeerLink(HOST, 1)
-    assert link.offer(b"x") is False  # not connected
+    assert link.offer(HEARTBEAT, b"x") is False  # not connected
     assert link.dropped == 1
     link.connected = True
-    assert all(link.offer(b"x") for _ in range(SEND_QUEUE_SIZE))
+    assert all(link.offer(HEARTBEAT, b"x") for _ in range(SEND_QUEUE_SIZE))
     assert len(link.queue) == SEND_QUEUE_SIZE
-    assert link.offer(b"y") is False
+    assert link.offer(HEARTBEAT, b"y") is False
     assert link.dropped == 2
     assert len(link.queue) == SEND_QUEUE_SIZE
 
@@ -559,3 +593,159 @@ async def test_start_line_reports_open_mode(logs):
         assert any("mesh started: server_id=queen-o" in line and "peers=0" in line
                    and "auth=off" in line for line in logs)
         assert m.stats()["peer_count"] == 0
+
+
+# --- issue 9: replay, sealed frames, bounds, TLS ------------------------------------------
+
+
+async def test_a_recorded_hello_cannot_open_a_second_connection():
+    async with listener() as (port, state, recorder, _):
+        raw = RawPeer("queen-a")
+        first = raw.frame(MESSAGE_AVAILABLE, {"queue": "q", "partition": "p"})
+        reader, writer = await connect(port)
+        writer.write(raw.hello + first)
+        await wait_until(lambda: recorder.frames)
+        # Same bytes on a new connection while the original is open...
+        r2, w2 = await connect(port)
+        w2.write(raw.hello + first)
+        await assert_closed_without_bytes(r2)
+        w2.close()
+        writer.close()
+        # ...and after it closed.
+        await wait_until(lambda: state.inbound_connections == 0)
+        r3, w3 = await connect(port)
+        w3.write(raw.hello + first)
+        await assert_closed_without_bytes(r3)
+        w3.close()
+        assert state.rejections["replayed_nonce"] == 2
+        assert len(recorder.frames) == 1
+
+
+async def test_frames_out_of_sequence_or_from_another_connection_close_it():
+    async with listener() as (port, state, recorder, _):
+        other = RawPeer("queen-a")
+        stolen = other.frame(MAINTENANCE_MODE_SET, {"enabled": True})
+        # A frame sealed for another connection (same server, other HELLO).
+        peer = RawPeer("queen-a")
+        reader, writer = await connect(port)
+        writer.write(peer.hello + stolen)
+        await assert_closed_without_bytes(reader)
+        writer.close()
+        assert state.rejections["bad_mac"] == 1
+        # Skipped and repeated numbers, with valid MACs.
+        for frames_of in (lambda p: [p.frame(HEARTBEAT), p.frame(HEARTBEAT)][1:],
+                          lambda p: [f := p.frame(HEARTBEAT), f]):
+            peer = RawPeer("queen-a")
+            reader, writer = await connect(port)
+            writer.write(peer.hello + b"".join(frames_of(peer))
+                         + peer.frame(MAINTENANCE_MODE_SET, {"enabled": True}))
+            await assert_closed_without_bytes(reader)
+            writer.close()
+        assert state.rejections["sequence"] == 2
+        assert recorder.frames == []
+
+
+async def test_silent_connection_after_hello_is_closed_as_idle():
+    async with listener(dead_threshold_ms=300) as (port, state, _, _):
+        reader, writer = await connect(port)
+        writer.write(hello("quiet"))
+        await assert_closed_without_bytes(reader)
+        writer.close()
+        assert state.rejections["idle"] == 1
+
+
+async def test_connections_past_the_cap_are_refused():
+    async with listener(max_connections=3) as (port, state, _, _):
+        held = [await connect(port) for _ in range(3)]
+        await wait_until(lambda: state.inbound_connections == 3)
+        reader, writer = await connect(port)
+        with contextlib.suppress(ConnectionResetError):
+            await assert_closed_without_bytes(reader)
+        writer.close()
+        assert state.rejections["cap"] == 1
+        for _, w in held:
+            w.close()
+        await wait_until(lambda: state.inbound_connections == 0)
+        # Room again: a legitimate peer gets in.
+        link = PeerLink(HOST, port)
+        peer = MeshPeer.start(link, server_id="good", secret=SECRET, heartbeat_ms=100)
+        try:
+            await wait_until(lambda: "good" in state.last_seen)
+        finally:
+            await peer.stop(block=False)
+
+
+async def test_oversize_frame_after_hello_is_refused_before_its_body_arrives():
+    async with listener(max_frame_bytes=4096) as (port, state, recorder, _):
+        reader, writer = await connect(port)
+        # Only the prefix is sent: a reader waiting for the 4 MB body would hang.
+        writer.write(hello("big") + (4 * 1024 * 1024).to_bytes(4, "big"))
+        await assert_closed_without_bytes(reader)
+        writer.close()
+        assert state.rejections["oversize"] == 1
+
+
+async def test_rejections_are_logged_at_most_a_burst_per_window(logs):
+    async with listener() as (port, state, _, _):
+        for _ in range(15):
+            reader, writer = await connect(port)
+            writer.write(b"\x00\x00\x00\x00")
+            await assert_closed_without_bytes(reader)
+            writer.close()
+        await wait_until(lambda: state.rejections["framing"] == 15)
+        lines = [line for line in logs if "mesh: closed connection" in line]
+        assert len(lines) == 10
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    from tests.mesh_pki import make_pki
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def mesh_tls(pki, who):
+    from actors.mesh import MeshTLS
+    return MeshTLS(pki[who]["cert"], pki[who]["key"], pki["ca"])
+
+
+async def test_mutual_tls_pair_and_refused_clients(pki):
+    import ssl
+    port_a, port_b = free_port(), free_port()
+    async with (
+        mesh("queen-a", port_a, [(HOST, port_b)], tls=mesh_tls(pki, "a")) as (a, _, a_rec),
+        mesh("queen-b", port_b, [(HOST, port_a)], tls=mesh_tls(pki, "b")) as (b, _, b_rec),
+    ):
+        await wait_until(lambda: a.links[0].connected and b.links[0].connected
+                         and b.stats()["servers_alive"] == 1)
+        a.broadcast(MAINTENANCE_MODE_SET, {"enabled": True})
+        await wait_until(lambda: b_rec.frames)
+        assert b_rec.frames == [(MAINTENANCE_MODE_SET, {"enabled": True}, "queen-a")]
+        assert b.stats()["tls"] is True
+
+        def client_context(who):
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            if who:
+                ctx.load_cert_chain(pki[who]["cert"], pki[who]["key"])
+            return ctx
+
+        # A certificate from another CA, and no certificate at all: the connection is
+        # closed (asyncio ends the failed TLS handshake; nothing reaches the listener).
+        for who in ("rogue", None):
+            with contextlib.suppress(ssl.SSLError, ConnectionError):
+                reader, writer = await asyncio.open_connection(HOST, port_b,
+                                                               ssl=client_context(who))
+                writer.write(RawPeer("intruder").hello)
+                await writer.drain()
+                assert await asyncio.wait_for(reader.read(), 5) == b""
+                writer.close()
+        # Plain TCP carrying a valid HELLO: not TLS, refused.
+        reader, writer = await connect(port_b)
+        writer.write(RawPeer("plain").hello)
+        with contextlib.suppress(ConnectionResetError):
+            await asyncio.wait_for(reader.read(), 15)
+        writer.close()
+        assert "intruder" not in b.listener_state.last_seen
+        assert "plain" not in b.listener_state.last_seen
+        assert len(b_rec.frames) == 1

@@ -220,6 +220,18 @@ class SnapshotCollector:
             yield gauge("queen_servers", "Mesh peers by liveness", None, ["state"],
                         [(["alive"], mesh.get("servers_alive", 0)),
                          (["dead"], mesh.get("servers_dead", 0))])
+            yield counter("queen_mesh_rejections", "Mesh connections closed, by reason",
+                          ["reason"], sorted(([k], v) for k, v in
+                                             (mesh.get("rejections") or {}).items()))
+            yield counter("queen_mesh_handshake_failures",
+                          "Mesh connections closed before a HELLO was accepted", [],
+                          [([], mesh.get("handshake_failures", 0))])
+            yield gauge("queen_mesh_auth_enabled", "1 when the mesh authenticates (a secret is set)",
+                        1 if mesh.get("auth") == "hmac" else 0)
+            yield gauge("queen_mesh_tls_enabled", "1 when the mesh runs mutual TLS",
+                        1 if mesh.get("tls") else 0)
+            yield gauge("queen_mesh_inbound_connections", "Open accepted mesh connections",
+                        mesh.get("inbound_connections", 0))
 
 
 def render(snap: dict[str, Any]) -> bytes:
