@@ -13,7 +13,7 @@ from actors.batcher import Batcher
 from actors.pop_waiters import PopWaiterRegistry
 from actors.hotlist import HotListActor
 from actors.mesh import Mesh, MeshTLS
-from actors.mesh.hints import Hints
+from actors.hints import Hints
 from actors.reconciler import CacheReconciler, MaintenanceFlags, QueueConfigCache
 from actors.runtime import stop_all
 from actors.leader_jobs import start_jobs
@@ -23,6 +23,9 @@ from broker.crypto import PayloadCipher
 from broker.http import CORS_HEADERS, error
 from broker.auth import Authenticator
 from broker.routes import ack, admin, ops, pop, push, quarantine, system
+from broker.service import push as push_service
+from broker.service.context import BrokerContext
+from broker.service.gauges import gauges
 from broker.telemetry import telemetry
 from broker.store.db import (PartitionHeld, Store, StoreBusy, StoreConflict, StoreError,
                              StoreInvalidValue, StoreUnavailable, fails_every_request)
@@ -47,7 +50,11 @@ class QueenRequest(Request):
 
 
 def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
-    app = Sanic(name, env_prefix=None, request_class=QueenRequest)
+    ctx = BrokerContext(
+        settings=settings,
+        cipher=PayloadCipher(settings.encryption_key) if settings.encryption_key else None,
+        auth=Authenticator(settings), telemetry=telemetry)
+    app = Sanic(name, env_prefix=None, request_class=QueenRequest, ctx=ctx)
     app.config.REQUEST_MAX_SIZE = settings.max_body_bytes
     app.config.REQUEST_TIMEOUT = 60
     # Long polls hold a response for up to `timeout` ms; never cut them short.
@@ -55,8 +62,6 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     app.config.KEEP_ALIVE_TIMEOUT = 75
     app.config.NOISY_EXCEPTIONS = False
     app.config.ACCESS_LOG = False
-    app.ctx.settings = settings
-    app.ctx.cipher = PayloadCipher(settings.encryption_key) if settings.encryption_key else None
 
     for module in (push, pop, ack):
         app.blueprint(module.bp)
@@ -65,8 +70,6 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     app.blueprint(quarantine.bp)
     for blueprint in ops.blueprints:
         app.blueprint(blueprint)
-    app.ctx.auth = Authenticator(settings)
-    app.ctx.telemetry = telemetry
 
     @app.before_server_start
     async def start(app: Sanic) -> None:
@@ -122,7 +125,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         # The spool: recover what a previous run left before serving (behaviour.md §5.5).
         spool = Spool.start(
             settings.file_buffer_dir,
-            replay=lambda events, next_accept: push.replay_spooled(app, events, next_accept),
+            replay=lambda events, next_accept: push_service.replay_spooled(
+                app.ctx, events, next_accept),
             register=store.register_spool,
             events_per_file=settings.file_buffer_events_per_file,
             max_batch=settings.file_buffer_max_batch, flush_ms=settings.file_buffer_flush_ms,
@@ -151,7 +155,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             max_concurrent=settings.ack_max_concurrent, name="ack",
             retry_alone=lambda exc: not fails_every_request(exc)).proxy()
         app.ctx.jobs = await start_jobs(store=store, settings=settings, telemetry=telemetry,
-                                        gauges=lambda: gauges(app))
+                                        gauges=lambda: gauges(app.ctx))
         logger.info("broker {} serving on http://{}:{}", settings.queen_server_id,
                     settings.host, settings.port)
 
@@ -232,18 +236,3 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         return error(f"Internal error: {exc.__class__.__name__}", 500)
 
     return app
-
-
-def gauges(app: Sanic) -> dict:
-    """Instant figures of this broker for the metrics collector and /metrics."""
-    pool = app.ctx.store.pool
-    mesh = app.ctx.mesh
-    return {
-        "db_pool_size": pool.get_size(),
-        "db_pool_idle": pool.get_idle_size(),
-        "db_pool_max": pool.get_max_size(),
-        "mesh": mesh.stats() if mesh is not None else None,
-        "maintenance_mode": app.ctx.flags.push,
-        "pop_maintenance_mode": app.ctx.flags.pop,
-        "long_polls_in_flight": telemetry.long_polls_in_flight,
-    }

@@ -5,32 +5,17 @@ from typing import Any
 
 from sanic import Blueprint, Request
 
-from broker.http import error, json, read_json
-from broker.routes.push import checked_producer_sub, to_rows, wake_after_commit
-from broker.store.db import TransactionAborted, run_transaction
-from broker.telemetry import telemetry
+from broker.http import json, read_json
+from broker.service import ack as service
+from broker.service.push import checked_producer_sub
 from broker.wire import (BadRequest, ack_result, body_object, check_item_count, iso_milli,
-                         is_uuid, new_uuid7, parse_ack_item, parse_group, parse_push_item)
+                         is_uuid, parse_ack_item, parse_group, parse_push_item)
 
 bp = Blueprint("ack")
 
 
-def leases_released(app, rows, results) -> None:
-    """A released lease may put a partition with more messages back in the ring."""
-    if app.ctx.hotlist is not None:
-        for row, r in zip(rows, results):
-            if r["lease_released"]:
-                app.ctx.hotlist.ack_released(r["queue_name"], row.consumer_group,
-                                             r["partition_name"])
-
-
 async def _ack(request: Request, rows):
-    app = request.app
-    results = await (await app.ctx.ack_batcher.submit(rows))
-    leases_released(app, rows, results)
-    for row, r in zip(rows, results):
-        telemetry.messages["dlq" if r["dlq"] else "acked_" + row.status if r["success"]
-                           else "ack_rejected"] += 1
+    results = await service.ack(request.app.ctx, rows)
     return [ack_result(r, row.transaction_id, n) for n, (row, r) in enumerate(zip(rows, results))]
 
 
@@ -90,31 +75,12 @@ def _parse_transaction(body: Any):
 @bp.post("/api/v1/transaction")
 async def transaction(request: Request):
     flat, required = _parse_transaction(read_json(request))
-    app = request.app
-    check_item_count(len(flat), app.ctx.settings.push_max_items_per_request)
-    held = {(x.queue, x.partition) for k, x in flat if k == "push"}
-    if held and app.ctx.spool_backlog.holds(held):
-        # A transaction cannot wait in the spool, and committing its pushes now
-        # would put them ahead of spooled pushes to the same partition.
-        return error("Pushes to this partition are still being replayed from the spool "
-                     "after a database outage; retry shortly", 503)
-    push_items = [x for k, x in flat if k == "push"]
-    producer_sub = checked_producer_sub(request)
-    push_rows = (iter(await to_rows(app, push_items, producer_sub)) if push_items
-                 else iter(()))
-    steps: list[tuple[str, list]] = []
-    for kind, x in flat:
-        value = next(push_rows) if kind == "push" else x
-        if steps and steps[-1][0] == kind:
-            steps[-1][1].append(value)
-        else:
-            steps.append((kind, [value]))
-    txn_id = new_uuid7()
-    try:
-        step_results = await run_transaction(app.ctx.store, steps, required)
-        success, reason = True, None
-    except TransactionAborted as aborted:
-        step_results, success, reason = aborted.results, False, aborted.reason
+    check_item_count(len(flat), request.app.ctx.settings.push_max_items_per_request)
+    outcome = await service.transaction(
+        request.app.ctx, flat, required,
+        checked_producer_sub(getattr(request.ctx, "producer_sub", None)))
+    steps, step_results = outcome.steps, outcome.results
+    success, reason, txn_id = outcome.success, outcome.reason, outcome.transaction_id
 
     results = []
     flat_iter = iter(flat)
@@ -133,11 +99,6 @@ async def transaction(request: Request):
                                 "dlq": r["dlq"]})
     if not success:
         return json({"transactionId": txn_id, "success": False, "error": reason, "results": results})
-    for (kind, rows), res in zip(steps, step_results):
-        if kind == "ack":
-            leases_released(app, rows, res)
-    wake_after_commit(app, {(item.queue, item.partition) for kind, item in flat
-                            if kind == "push"})
     return json({"transactionId": txn_id, "success": True, "results": results})
 
 
@@ -153,7 +114,7 @@ async def extend_lease(request: Request, lease_id: str):
         raise BadRequest("seconds must be an integer between 1 and 86400")
     if not is_uuid(lease_id):
         raise BadRequest(f"leaseId must be a UUID, got {lease_id!r}")
-    renewed, expires, err = await request.app.ctx.store.extend_lease(lease_id, seconds)
+    renewed, expires, err = await service.extend_lease(request.app.ctx, lease_id, seconds)
     expires_at = iso_milli(expires)
     return json({"leaseId": lease_id, "success": renewed > 0, "error": err,
                  "expiresAt": expires_at, "newExpiresAt": expires_at, "renewed": renewed})

@@ -6,7 +6,7 @@ from sanic import Blueprint, Request
 
 import broker
 from broker.http import args, error, json, read_json
-from broker.routes.push import wake_after_commit
+from broker.service.push import wake_after_commit
 from broker.wire import (BadRequest, iso_milli, is_uuid, new_uuid7, parse_configure,
                          parse_timestamp, q_int, q_str, queue_options)
 
@@ -122,7 +122,7 @@ async def retry_dead_letter(request: Request, partition_id: str, transaction_id:
     if not dead:
         return error("Message not found in the dead-letter queue", 404)
     first = dead[0]
-    wake_after_commit(app, {(first["queue"], first["partition"])})
+    wake_after_commit(app.ctx, {(first["queue"], first["partition"])})
     return json({"retried": True, "transactionId": transaction_id,
                  "consumerGroup": first["consumer_group"],
                  "consumerGroups": sorted({r["consumer_group"] for r in dead}),

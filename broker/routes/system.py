@@ -1,15 +1,15 @@
 """Maintenance modes (behaviour.md §4.2, api.md §15.4).
 
 The database holds the truth (queen.system_state); each broker mirrors both
-flags in memory, and the hot paths read only the mirror. A flip here sets the
-local flag, persists it, and tells the peers; a peer that misses the hint
-catches up at its next reconcile.
+flags in memory, and the hot paths read only the mirror. A flip here persists
+the flag, then sets the local mirror and tells the peers; a peer that misses
+the hint catches up at its next reconcile. A flip that cannot be persisted
+answers 503 and changes nothing.
 """
 from __future__ import annotations
 
 import datetime as dt
 
-from loguru import logger
 from sanic import Blueprint, Request
 
 from broker.http import json, read_json
@@ -29,13 +29,13 @@ def _enabled(request: Request) -> bool:
 
 
 async def _flip(app, which: str, enabled: bool) -> None:
+    """Store the flag first, then flip it here and tell the peers. A flip that
+    cannot be stored raises (StoreUnavailable / StoreError: a 503) and changes
+    nothing: flipping only this broker would be undone by its own reconcile
+    loop, which re-reads the flag from the database, after the route had
+    answered that maintenance was on."""
+    await app.ctx.store.set_system_flag(FLAG_KEYS[which], enabled)
     app.ctx.flags.set(which, enabled, "HTTP")
-    try:
-        await app.ctx.store.set_system_flag(FLAG_KEYS[which], enabled)
-    except (StoreUnavailable, StoreError) as exc:
-        # Best effort: this broker and its peers flip now; a broker that misses
-        # the hint and reconciles from the database would revert it.
-        logger.warning("could not persist {}={} ({})", FLAG_KEYS[which], enabled, exc)
     app.ctx.hints.maintenance_changed(which, enabled)
 
 

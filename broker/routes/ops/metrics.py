@@ -25,6 +25,7 @@ from broker.routes.ops.common import (processed_rate, processed_total, pushed_ra
 from broker.store import ops
 from broker.store.db import StoreError, StoreUnavailable
 from broker.telemetry import telemetry
+from broker.service.gauges import gauges
 
 bp = Blueprint("ops_metrics")
 
@@ -76,8 +77,7 @@ async def metrics_json(request: Request):
     scrape job pointed at /metrics works as well as one at /metrics/prometheus."""
     if wants_prometheus_text(request):
         return await metrics_prometheus(request)
-    from broker.app import gauges  # lazy: broker.app imports this package
-    g = gauges(request.app)
+    g = gauges(request.app.ctx)
     snap = telemetry.snapshot()
     total_requests = sum(snap["requests"].values())
     proc = _process_figures()
@@ -98,6 +98,7 @@ async def metrics_json(request: Request):
         "cpu": {"user": proc.get("cpu_user", 0), "system": proc.get("cpu_system", 0),
                 "percent": proc.get("cpu_percent", 0), "threads": proc.get("threads", 0)},
         "maintenanceMode": g["maintenance_mode"], "popMaintenanceMode": g["pop_maintenance_mode"],
+        "longPollsInFlight": g["long_polls_in_flight"],
         "spool": {key: spool[key] for key in ("pendingCount", "pendingBytes", "maxBytes",
                                               "rejectedFull", "quarantinedEvents", "dbHealthy",
                                               "orderExceptions", "registeredPartitions")},
@@ -106,8 +107,7 @@ async def metrics_json(request: Request):
 
 async def snapshot(app) -> dict[str, Any]:
     """Every figure of the Prometheus page, gathered before rendering."""
-    from broker.app import gauges  # lazy: broker.app imports this package
-    snap: dict[str, Any] = {"gauges": gauges(app), "telemetry": telemetry.snapshot(),
+    snap: dict[str, Any] = {"gauges": gauges(app.ctx), "telemetry": telemetry.snapshot(),
                             "process": _process_figures(),
                             "pool_waiting": _pool_waiting(app.ctx.store.pool)}
     try:
@@ -190,6 +190,8 @@ class SnapshotCollector:
             yield counter("queen_file_buffer_rejected_full_total",
                           "Pushed items refused with 503 because the spool was full", [],
                           [([], spool.get("rejectedFull", 0))])
+        yield gauge("queen_long_polls_in_flight", "Long-poll pops waiting on this broker",
+                    g["long_polls_in_flight"])
         yield gauge("queen_maintenance_mode_enabled", "Push maintenance mode",
                     1 if g["maintenance_mode"] else 0)
         yield gauge("queen_pop_maintenance_mode_enabled", "Pop maintenance mode",

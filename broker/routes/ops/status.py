@@ -14,6 +14,7 @@ from broker.routes.ops.common import (bucket_minutes, camel_row, interval_minute
 from broker.store import ops, ops_sql
 from broker.telemetry import telemetry
 from broker.wire import MAX_NAME, BadRequest, iso_milli, q_int, q_str
+from broker.service.gauges import gauges
 
 bp = Blueprint("ops_status")
 
@@ -276,7 +277,6 @@ async def parked_replicas(request: Request):
 
 @bp.get("/api/v1/analytics/postgres-stats")
 async def postgres_stats(request: Request):
-    from broker.app import gauges  # lazy: broker.app imports this package
     s = await ops.postgres_stats(request.app.ctx.store)
     db = s["database"]
     by_state = {r["state"]: r["n"] for r in s["connections"]}
@@ -285,7 +285,7 @@ async def postgres_stats(request: Request):
         "connections": {"total": sum(by_state.values()), "byState": by_state,
                         "waitingOnLocks": sum(r["waiting_on_locks"] for r in s["connections"])},
         "tables": [camel_row(r) for r in s["tables"]],
-        "pool": {k: v for k, v in gauges(request.app).items() if k.startswith("db_pool")},
+        "pool": {k: v for k, v in gauges(request.app.ctx).items() if k.startswith("db_pool")},
         "timestamp": iso_milli(now_utc()),
     })
 

@@ -1,11 +1,14 @@
-"""What each hint does: the one place hints are made and read.
+"""What each hint does: the one place hints are made and read, on every
+broker: it wakes this broker's parked pops itself, and with a mesh it also
+tells the peers.
 
 Hints are best-effort. Losing one costs latency, never correctness: a parked
 pop re-checks on its backoff timer, the reconcile loop re-reads flags and
 clears the config cache, the hot-list reseeds from PostgreSQL.
 
 Sending: a committed push wakes local pops, marks the local hot-list and sends
-one MESSAGE_AVAILABLE_BATCH per push bundle; partitions that went from empty
+one MESSAGE_AVAILABLE_BATCH per push bundle; an ack that released a lease
+does the same for its partition (it may be claimable again); partitions that went from empty
 to pending in the hot-list go out, coalesced, as HOTLIST_DIRTY_BATCH;
 configure/delete send QUEUE_CONFIG_SET/DELETE with the name only;
 maintenance flips send MAINTENANCE_MODE_SET / POP_MAINTENANCE_MODE_SET.
@@ -48,9 +51,22 @@ class Hints:
     # -- sending ------------------------------------------------------------
     def pushed(self, pairs: list[tuple[str, str]]) -> None:
         """After a committed push (never a spooled one)."""
-        self._waiters.wake_many(pairs)
         if self._hotlist is not None:
             self._hotlist.mark_many(pairs)
+        self._broadcast_wake(pairs)
+
+    def released(self, leases: list[tuple[str, str, str]]) -> None:
+        """After an ack (or nack) released a group's lease on (queue, group,
+        partition): the partition is claimable again if it holds more messages,
+        so the hot-list gets it back and pops parked on it here and on the
+        peers try it now, not at their next backoff re-check."""
+        if self._hotlist is not None:
+            for queue, group, partition in leases:
+                self._hotlist.ack_released(queue, group, partition)
+        self._broadcast_wake([(queue, partition) for queue, _group, partition in leases])
+
+    def _broadcast_wake(self, pairs: list[tuple[str, str]]) -> None:
+        self._waiters.wake_many(pairs)
         if self.mesh is not None:
             unique = list(dict.fromkeys(pairs))
             for i in range(0, len(unique), WAKE_BATCH_MAX):

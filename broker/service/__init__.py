@@ -1,0 +1,14 @@
+"""The service layer: what the broker does, between the routes and the actors/store.
+
+Routes parse a request (``broker.wire``), call one function here, and shape
+the answer. These functions know the store, the actors and each other, never
+Sanic: a push, a pop with the hot-list's claim protocol, an ack, a
+transaction, the spool's replay and the wakes after a commit or a released
+lease all live here, and each is testable without HTTP.
+
+    context.py   BrokerContext: the typed application context (app.ctx)
+    push.py      push, spool diversion, replay of spooled pushes, wakes after commit
+    pop.py       pop: hot-list candidates, the claim, verdicts back, long poll
+    ack.py       ack, transaction, lease renewal, wakes after a released lease
+    gauges.py    instant figures of this broker (metrics collector, /metrics)
+"""

@@ -1,0 +1,77 @@
+"""Acknowledgements, transactions and lease renewal (api.md §6-§8), and the
+wakes a released lease owes the pops parked on its partition."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from broker.service.context import BrokerContext
+from broker.service.push import to_rows, wake_after_commit
+from broker.store.db import AckRow, PartitionHeld, TransactionAborted, run_transaction
+from broker.telemetry import telemetry
+from broker.wire import PushItem, new_uuid7
+
+
+def leases_released(ctx: BrokerContext, rows: Sequence[AckRow], results: Sequence[Any]) -> None:
+    """A released lease makes its partition claimable again (if it holds more
+    messages): the hot-list gets it back, and pops parked on it here and on
+    the peers are woken, instead of waiting out their backoff."""
+    released = [(r["queue_name"], row.consumer_group, r["partition_name"])
+                for row, r in zip(rows, results) if r["lease_released"]]
+    if released:
+        ctx.hints.released(released)
+
+
+async def ack(ctx: BrokerContext, rows: list[AckRow]) -> list[Any]:
+    """Apply acks (folded with concurrent ones); one result row per ack."""
+    results = await (await ctx.ack_batcher.submit(rows))
+    leases_released(ctx, rows, results)
+    for row, r in zip(rows, results):
+        telemetry.messages["dlq" if r["dlq"] else "acked_" + row.status if r["success"]
+                           else "ack_rejected"] += 1
+    return results
+
+
+@dataclass(frozen=True)
+class TransactionOutcome:
+    transaction_id: str
+    steps: list[tuple[str, list]]   # ("push", [PushRow]) | ("ack", [AckRow]), in order
+    results: list[list[Any]]        # result rows per step, as far as it ran
+    success: bool
+    reason: str | None
+
+
+async def transaction(ctx: BrokerContext, flat: list[tuple[str, Any]], required: list[str],
+                      producer_sub: str | None) -> TransactionOutcome:
+    """Pushes and acks committed together or not at all. A push to a
+    partition a spool still holds is refused (PartitionHeld, a 503): a
+    transaction cannot wait in the spool, and committing its pushes now would
+    put them ahead of the spooled ones."""
+    pushes: list[PushItem] = [x for k, x in flat if k == "push"]
+    held = next(((i.queue, i.partition) for i in pushes
+                 if ctx.spool_backlog.holds([(i.queue, i.partition)])), None)
+    if held is not None:
+        raise PartitionHeld(*held)
+    push_rows = iter(await to_rows(ctx, pushes, producer_sub) if pushes else ())
+    steps: list[tuple[str, list]] = []
+    for kind, x in flat:
+        value = next(push_rows) if kind == "push" else x
+        if steps and steps[-1][0] == kind:
+            steps[-1][1].append(value)
+        else:
+            steps.append((kind, [value]))
+    txn_id = new_uuid7()
+    try:
+        results = await run_transaction(ctx.store, steps, required)
+    except TransactionAborted as aborted:
+        return TransactionOutcome(txn_id, steps, aborted.results, False, aborted.reason)
+    for (kind, rows), res in zip(steps, results):
+        if kind == "ack":
+            leases_released(ctx, rows, res)
+    wake_after_commit(ctx, {(i.queue, i.partition) for i in pushes})
+    return TransactionOutcome(txn_id, steps, results, True, None)
+
+
+async def extend_lease(ctx: BrokerContext, lease_id: str, seconds: int):
+    """(renewed rows, new expiry, error)."""
+    return await ctx.store.extend_lease(lease_id, seconds)

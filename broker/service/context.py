@@ -1,0 +1,45 @@
+"""The application context, typed: Sanic's ``app.ctx`` is an instance of this.
+
+Fields set when the app is built are filled at once; the rest while the
+server starts (``broker.app``'s ``before_server_start``), before any request
+is served, so handlers and services may rely on every field being set.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from actors.hints import Hints
+    from actors.mesh import Mesh
+    from actors.reconciler import MaintenanceFlags, QueueConfigCache
+    from actors.spool import SpoolBacklog
+    from broker.auth import Authenticator
+    from broker.config import Settings
+    from broker.crypto import PayloadCipher
+    from broker.store.db import Store
+    from broker.telemetry import Telemetry
+
+
+@dataclass
+class BrokerContext:
+    # set when the app is built
+    settings: Settings
+    cipher: PayloadCipher | None
+    auth: Authenticator
+    telemetry: Telemetry
+    # set while the server starts
+    store: Store = None  # type: ignore[assignment]
+    waiters: Any = None          # PopWaiterRegistry ref (long_poll parks on it)
+    waiters_proxy: Any = None    # ... and its proxy, for everything else
+    queue_cache: QueueConfigCache = None  # type: ignore[assignment]
+    flags: MaintenanceFlags = None  # type: ignore[assignment]
+    reconciler: Any = None       # CacheReconciler ref
+    hotlist: Any | None = None   # HotListActor proxy; None with QUEEN_HOTLIST=false
+    hints: Hints = None  # type: ignore[assignment]
+    mesh: Mesh | None = None     # None without peers
+    spool: Any = None            # Spool proxy
+    spool_backlog: SpoolBacklog = None  # type: ignore[assignment]
+    push_batcher: Any = None     # Batcher proxy folding pushes
+    ack_batcher: Any = None      # Batcher proxy folding acks
+    jobs: Any = None             # leader jobs (retention, stats, metrics)

@@ -1,0 +1,190 @@
+"""Push (api.md §4): encrypt, fold into one statement with concurrent pushes,
+wake pops after commit; the spool takes over during maintenance, while
+PostgreSQL is unreachable, while this broker's spool still holds pushes for a
+partition, and when PostgreSQL answers that another broker's spool does
+(``held``). Also the spool's replay of what it holds."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from loguru import logger
+
+from actors.spool import SpoolError, SpoolFull, accepted_at
+from broker.service.context import BrokerContext
+from broker.store.db import PushRow, StoreUnavailable
+from broker.telemetry import telemetry
+from broker.validate import Invalid, check_name
+from broker.wire import BadRequest, PushItem, new_uuid7, push_result
+
+Outcome = Literal["stored", "buffered", "mixed", "full", "failed"]
+
+
+@dataclass(frozen=True)
+class PushAnswer:
+    """What became of one push request: ``results`` per item (Queen's shapes),
+    ``outcome`` for the route's status code; ``error`` with full/failed."""
+    outcome: Outcome
+    results: list[dict]
+    error: str | None = None
+
+
+def checked_producer_sub(sub: str | None) -> str | None:
+    """The JWT ``sub`` stamped on pushed messages (never the client's word),
+    held to the same acceptance rule as the items."""
+    try:
+        check_name(sub, "token sub", required=False)
+    except Invalid as exc:
+        raise BadRequest(f"{exc}; it is stored as producerSub") from None
+    return sub
+
+
+async def to_rows(ctx: BrokerContext, items: list[PushItem],
+                  producer_sub: str | None = None) -> list[PushRow]:
+    """Mint message ids and encrypt payloads of encrypted queues."""
+    cipher = ctx.cipher
+    flags: dict[str, bool] = {}
+    if cipher is not None:
+        flags = await ctx.queue_cache.encryption_flags({i.queue for i in items})
+    rows = []
+    for item in items:
+        encrypt = cipher is not None and flags.get(item.queue, False)
+        rows.append(PushRow(
+            queue=item.queue, partition=item.partition, message_id=new_uuid7(),
+            transaction_id=item.transaction_id, trace_id=item.trace_id,
+            payload=cipher.encrypt(item.payload) if encrypt and cipher else item.payload,
+            encrypted=encrypt, producer_sub=producer_sub,
+            payload_json=None if encrypt else item.payload_json,
+        ))
+    return rows
+
+
+def wake_after_commit(ctx: BrokerContext, pairs: set[tuple[str, str]]) -> None:
+    """Committed pushes wake parked pops here and on peers (never before commit)."""
+    if pairs:
+        ctx.hints.pushed(sorted(pairs))
+
+
+async def push(ctx: BrokerContext, items: list[PushItem], producer_sub: str | None) -> PushAnswer:
+    if ctx.flags.push:  # maintenance: straight to the spool, no database, no wake
+        return await _spool(ctx, items, None, producer_sub)
+    if ctx.spool_backlog.holds((i.queue, i.partition) for i in items):
+        # Earlier pushes to one of these partitions still wait in this broker's
+        # spool (an outage just ended): queue behind them, or the order breaks.
+        return await _spool(ctx, items, None, producer_sub)
+    rows = None
+    try:
+        rows = await to_rows(ctx, items, producer_sub)
+        results = await (await ctx.push_batcher.submit(rows))
+    except StoreUnavailable as exc:
+        logger.warning("push: {}; spooling {} item(s)", exc, len(items))
+        return await _spool(ctx, items, rows, producer_sub)
+    wake_after_commit(ctx, {(i.queue, i.partition) for i, r in zip(items, results)
+                            if r["status"] == "queued"})
+    held = [n for n, r in enumerate(results) if r["status"] == "held"]
+    if held:
+        # Another broker's spool (or this one's, after a restart) still holds
+        # pushes for these partitions: queue behind them in our own spool.
+        return await _spool_held(ctx, items, rows, results, held, producer_sub)
+    for r in results:
+        telemetry.messages[r["status"]] += 1
+    return PushAnswer("stored", [push_result(item, row, n)
+                                 for n, (item, row) in enumerate(zip(items, results))])
+
+
+async def _spool_held(ctx: BrokerContext, items: list[PushItem], rows: list[PushRow], results,
+                      held: list[int], producer_sub: str | None) -> PushAnswer:
+    """Some items committed, the ``held`` ones go to the spool: one answer per item."""
+    problem = await _to_spool(ctx, [items[n] for n in held], [rows[n] for n in held],
+                              producer_sub, registered=True)
+    out = []
+    for n, (item, row) in enumerate(zip(items, results)):
+        if row["status"] == "held":
+            out.append({"index": n, "status": "buffered" if problem is None else "failed",
+                        "queue": item.queue, "partition": item.partition,
+                        "transactionId": item.transaction_id,
+                        **({"error": problem[1]} if problem else {})})
+        else:
+            telemetry.messages[row["status"]] += 1
+            out.append(push_result(item, row, n))
+    if problem is not None:
+        return PushAnswer("failed", out, problem[1])
+    return PushAnswer("buffered" if len(held) == len(items) else "mixed", out)
+
+
+async def _spool(ctx: BrokerContext, items: list[PushItem], rows: list[PushRow] | None,
+                 producer_sub: str | None) -> PushAnswer:
+    """Accept a push into the node-local spool: ``buffered`` per item; ``full``
+    when the spool is at its cap, or ``failed`` for every item when it cannot
+    write (nothing half-kept)."""
+    problem = await _to_spool(ctx, items, rows, producer_sub)
+    if problem is not None:
+        kind, error = problem
+        failed = [{"index": n, "status": "failed", "queue": i.queue, "partition": i.partition,
+                   "transactionId": i.transaction_id, "error": error}
+                  for n, i in enumerate(items)]
+        return PushAnswer(kind, failed, error)
+    return PushAnswer("buffered", [{"index": n, "status": "buffered", "queue": i.queue,
+                                    "partition": i.partition, "transactionId": i.transaction_id}
+                                   for n, i in enumerate(items)])
+
+
+async def _to_spool(ctx: BrokerContext, items: list[PushItem], rows: list[PushRow] | None,
+                    producer_sub: str | None,
+                    registered: bool = False) -> tuple[Literal["full", "failed"], str] | None:
+    """Append one push to the spool; None when it is on disk, else why not.
+    When the payloads were already encrypted (the queue's flag was known) the
+    envelope is spooled; otherwise the drain encrypts at replay.
+    ``registered``: PostgreSQL already lists this broker as holding these
+    partitions (a held push)."""
+    events = []
+    for n, item in enumerate(items):
+        row = rows[n] if rows else None
+        events.append({"queue": item.queue, "partition": item.partition,
+                       "transactionId": item.transaction_id,
+                       "payload": row.payload if row else item.payload,
+                       "encrypted": bool(row and row.encrypted),
+                       "traceId": item.trace_id,
+                       "producerSub": row.producer_sub if row else producer_sub})
+    try:
+        await ctx.spool.append(events, registered=registered)
+    except SpoolFull as exc:
+        logger.warning("push: {} ({} item(s) refused)", exc, len(items))
+        telemetry.messages["spool_full"] += len(items)
+        return "full", str(exc)
+    except SpoolError as exc:
+        logger.error("push: spool write failed for {} item(s): {}", len(items), exc)
+        telemetry.messages["spool_failed"] += len(items)
+        return "failed", str(exc)
+    telemetry.messages["buffered"] += len(items)
+    return None
+
+
+async def replay_spooled(ctx: BrokerContext, events: list[dict],
+                         next_accept: list[int] | None) -> list[Any]:
+    """The spool's replay: one transaction per chunk, transactionIds kept, so a
+    replay after a crash finds duplicates and counts them as success. With
+    ``next_accept`` the chunk is merged into the cluster's accept order (items
+    behind a peer's earlier spooled push answer ``waiting``); without it (an
+    operator replaying a quarantined event) it is a direct push (``held``
+    while spooled pushes to its partition wait)."""
+    cipher = ctx.cipher
+    plain_queues = {e["queue"] for e in events if not e.get("encrypted")}
+    flags = (await ctx.queue_cache.encryption_flags(plain_queues)
+             if cipher and plain_queues else {})
+    rows = []
+    for e in events:
+        payload, encrypted = e.get("payload"), bool(e.get("encrypted"))
+        if not encrypted and cipher is not None and flags.get(e["queue"], False):
+            payload, encrypted = cipher.encrypt(payload), True
+        rows.append(PushRow(queue=e["queue"], partition=e.get("partition") or "Default",
+                            message_id=new_uuid7(), transaction_id=e["transactionId"],
+                            trace_id=e.get("traceId"), payload=payload, encrypted=encrypted,
+                            producer_sub=e.get("producerSub")))
+    if next_accept is None:
+        results = await ctx.store.push(rows)
+    else:
+        results = await ctx.store.replay(rows, [accepted_at(e) for e in events], next_accept)
+    wake_after_commit(ctx, {(r.queue, r.partition) for r, res in zip(rows, results)
+                            if res["status"] == "queued"})
+    return results

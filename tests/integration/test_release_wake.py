@@ -1,0 +1,72 @@
+"""Wakes on release (issue 13): an ack that releases a lease makes the
+partition claimable again, and a pop parked on it is served at once, not at
+its next backoff re-check.
+
+The broker runs with a 20 s re-check interval, so within the bound below only
+a wake can have served the parked pop: the bound tells a wake from a timer,
+it is not a performance target (the margin is wide on purpose).
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import start_broker
+
+RECHECK_MS = "20000"
+WAKE_BOUND_S = 5.0  # far below the re-check interval, far above a loaded machine's wake
+
+
+@pytest.fixture(scope="module")
+def slow_recheck_broker(database, tmp_path_factory):
+    b = start_broker(database, tmp_path_factory.mktemp("release-wake"),
+                     POP_WAIT_INITIAL_INTERVAL_MS=RECHECK_MS, POP_WAIT_MAX_INTERVAL_MS=RECHECK_MS)
+    yield b
+    b.stop()
+
+
+def wait_parked(http: httpx.Client, n: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while http.get("/metrics").json()["longPollsInFlight"] < n:
+        assert time.monotonic() < deadline, "the pop never parked"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("ack_status", ["completed", "failed"])
+def test_a_pop_parked_on_a_leased_partition_is_served_when_the_lease_is_released(
+        slow_recheck_broker, queue_name, ack_status):
+    url = slow_recheck_broker.url
+    with httpx.Client(base_url=url, timeout=30) as http:
+        for i in range(2):
+            r = http.post("/api/v1/push", json={"items": [
+                {"queue": queue_name, "transactionId": f"m{i}", "payload": i}]})
+            assert r.status_code == 200
+        first = http.get(f"/api/v1/pop/queue/{queue_name}", params={"batch": 1}).json()
+        (message,) = first["messages"]
+        answer: dict = {}
+
+        def second_consumer() -> None:
+            with httpx.Client(base_url=url, timeout=30) as c:
+                answer["response"] = c.get(f"/api/v1/pop/queue/{queue_name}",
+                                           params={"batch": 1, "wait": "true",
+                                                   "timeout": 15000}).json()
+                answer["at"] = time.monotonic()
+
+        thread = threading.Thread(target=second_consumer)
+        thread.start()
+        try:
+            wait_parked(http, 1)  # the partition is leased: it parks
+            acked_at = time.monotonic()
+            r = http.post("/api/v1/ack", json={
+                "transactionId": message["transactionId"], "partitionId": message["partitionId"],
+                "leaseId": message["leaseId"], "status": ack_status})
+            assert r.status_code == 200 and r.json()[0]["leaseReleased"], r.text
+        finally:
+            thread.join(20)
+        got = [m["transactionId"] for m in answer["response"]["messages"]]
+        # completed: the next message; failed: the same one again (retry)
+        assert got == (["m1"] if ack_status == "completed" else ["m0"])
+        assert answer["at"] - acked_at < WAKE_BOUND_S

@@ -1,0 +1,153 @@
+"""The house's walls, checked on the source (issue 13):
+
+* no import cycle among the modules of ``broker/`` and ``actors/``, counting
+  imports inside functions too (a lazy import hides a cycle, it does not
+  remove it); only ``if TYPE_CHECKING:`` blocks are left out;
+* no route module imports another route module (shared work lives in
+  ``broker/service/``);
+* ``actors/`` and ``broker/service/`` never import Sanic.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("broker", "actors")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
+    """Project modules imported anywhere in the file (TYPE_CHECKING blocks aside)."""
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    this = module_name(path)
+    package = this if path.name == "__init__.py" else this.rpartition(".")[0]
+
+    def resolve(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for other in child.orelse:
+                    visit(other)
+                continue
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    if (target := resolve(alias.name)) is not None:
+                        found.add(target)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")
+                    anchor = anchor[:len(anchor) - (child.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                for alias in child.names:
+                    target = resolve(f"{base}.{alias.name}") or resolve(base)
+                    if target is not None:
+                        found.add(target)
+            visit(child)
+
+    visit(tree)
+    found.discard(this)
+    return found
+
+
+def project_graph() -> dict[str, set[str]]:
+    files = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")]
+    known = {module_name(p) for p in files}
+    return {module_name(p): imports_of(p, known) for p in files}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+
+    def strongconnect(v: str) -> None:
+        nonlocal counter
+        index[v] = low[v] = counter
+        counter += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            strongconnect(v)
+    return out
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = project_graph()
+    assert len(graph) > 40  # the walk found the project
+    assert cycles(graph) == []
+
+
+def route_modules() -> set[str]:
+    """Modules under broker/routes that serve routes (they build a Blueprint);
+    helpers beside them (routes/ops/common.py) and the packages that gather
+    blueprints are not routes."""
+    out = set()
+    for path in (ROOT / "broker" / "routes").rglob("*.py"):
+        if path.name != "__init__.py" and "Blueprint(" in path.read_text():
+            out.add(module_name(path))
+    return out
+
+
+def test_no_route_imports_another_route():
+    graph = project_graph()
+    routes = route_modules()
+    assert {"broker.routes.push", "broker.routes.pop", "broker.routes.ack"} <= routes
+    assert {m: sorted(graph[m] & routes) for m in routes if graph[m] & routes} == {}
+
+
+def test_actors_and_services_never_import_sanic():
+    for pkg in ("actors", "broker/service"):
+        for path in (ROOT / pkg).rglob("*.py"):
+            tree = ast.parse(path.read_text())
+            names = {alias.name.split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.Import) for alias in node.names}
+            names |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+                      if isinstance(node, ast.ImportFrom)}
+            assert "sanic" not in names, path
+
+
+def test_the_checker_sees_a_lazy_cycle(tmp_path):
+    """The cycle test can fail: a lazy import that closes a loop is found."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
