@@ -1,0 +1,157 @@
+"""Compatibility gaps with the official clients and consistency of the operator figures
+(issue 10): subscription modes as the clients send them, values the clients send that we
+used to refuse, one meaning of pending on every surface, truthful transaction answers
+after a rollback, and HEAD on GET routes.
+
+Real broker processes on a real PostgreSQL; the client tests go through ``queen.Queen``.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import uuid
+
+import httpx
+import pytest
+from queen import Queen
+
+from tests.conftest import db_fetch
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture
+async def client(base_url):
+    q = Queen(base_url)
+    try:
+        yield q
+    finally:
+        with contextlib.redirect_stdout(io.StringIO()):
+            await q.close()
+
+
+def push(http: httpx.Client, queue: str, values, partition: str = "Default") -> list[dict]:
+    r = http.post("/api/v1/push", json={"items": [
+        {"queue": queue, "partition": partition, "payload": v} for v in values]})
+    assert r.status_code in (200, 201), r.text
+    return r.json()
+
+
+async def consume_all(client: Queen, queue: str, expected: int, *, group: str | None,
+                      mode: str) -> list:
+    """consume() with ``subscription_mode(mode)`` until ``expected`` messages were handled
+    (bounded by wait_for; the consumer stops by its limit, not by a clock)."""
+    seen: list = []
+
+    async def handler(message):
+        seen.append(message["data"])
+
+    builder = client.queue(queue).subscription_mode(mode).batch(1).limit(expected) \
+        .timeout_millis(1000)
+    if group:
+        builder = builder.group(group)
+    await asyncio.wait_for(builder.consume(handler), 30)
+    return seen
+
+
+# -- 1. subscription modes ---------------------------------------------------------------
+
+@pytest.mark.parametrize("group", [None, "g-from-beginning"])
+async def test_consume_from_beginning_gets_existing_messages(client, http, queue_name, group):
+    """consume() with subscription_mode('from_beginning') (what the clients' docs use), with
+    and without a consumer group, on a queue that already holds messages gets all of them."""
+    push(http, queue_name, list(range(5)))
+    assert await consume_all(client, queue_name, 5, group=group,
+                             mode="from_beginning") == list(range(5))
+
+
+async def test_consume_new_gets_only_later_messages(client, http, queue_name):
+    """subscription_mode('new'): the group starts at its first pop, so only messages pushed
+    after it are handled."""
+    push(http, queue_name, ["old-1", "old-2"])
+    # the group's first pop (empty) stores its subscription
+    first = http.get(f"/api/v1/pop/queue/{queue_name}",
+                     params={"consumerGroup": "g-new", "subscriptionMode": "new"}).json()
+    assert first["messages"] == []
+    push(http, queue_name, ["new-1", "new-2"])
+    assert await consume_all(client, queue_name, 2, group="g-new", mode="new") == [
+        "new-1", "new-2"]
+    rest = http.get(f"/api/v1/pop/queue/{queue_name}",
+                    params={"consumerGroup": "g-new", "subscriptionMode": "new"}).json()
+    assert rest["messages"] == []
+
+
+@pytest.mark.parametrize("mode", ["from_beginning", "all", "earliest", "ALL", "whatever", ""])
+@pytest.mark.parametrize("route", ["wildcard", "partition", "namespace"])
+def test_every_mode_but_new_starts_at_the_beginning(http, queue_name, mode, route):
+    """On all three pop routes, any subscriptionMode other than new/new-only starts a new
+    group at the oldest message."""
+    ns = f"ns-{uuid.uuid4().hex[:8]}"
+    assert http.post("/api/v1/configure", json={"queue": queue_name, "namespace": ns}) \
+        .status_code == 200
+    push(http, queue_name, ["a", "b"])
+    url, params = {
+        "wildcard": (f"/api/v1/pop/queue/{queue_name}", {}),
+        "partition": (f"/api/v1/pop/queue/{queue_name}/partition/Default", {}),
+        "namespace": ("/api/v1/pop", {"namespace": ns}),
+    }[route]
+    r = http.get(url, params={**params, "consumerGroup": "g", "subscriptionMode": mode,
+                              "batch": 10})
+    assert r.status_code == 200, r.text
+    assert [m["data"] for m in r.json()["messages"]] == ["a", "b"]
+
+
+@pytest.mark.parametrize("mode", ["new", "new-only", "NEW"])
+def test_new_modes_start_at_the_newest_message(http, queue_name, mode):
+    push(http, queue_name, ["old"])
+    params = {"consumerGroup": "g", "subscriptionMode": mode, "batch": 10}
+    assert http.get(f"/api/v1/pop/queue/{queue_name}", params=params).json()["messages"] == []
+    push(http, queue_name, ["new"])
+    got = http.get(f"/api/v1/pop/queue/{queue_name}", params=params).json()["messages"]
+    assert [m["data"] for m in got] == ["new"]
+
+
+def test_subscription_from_wins_over_mode(http, queue_name):
+    """subscriptionFrom=now wins over subscriptionMode=from_beginning."""
+    push(http, queue_name, ["old"])
+    params = {"consumerGroup": "g", "subscriptionMode": "from_beginning",
+              "subscriptionFrom": "now", "batch": 10}
+    assert http.get(f"/api/v1/pop/queue/{queue_name}", params=params).json()["messages"] == []
+    push(http, queue_name, ["new"])
+    got = http.get(f"/api/v1/pop/queue/{queue_name}", params=params).json()["messages"]
+    assert [m["data"] for m in got] == ["new"]
+
+
+def test_default_subscription_mode_accepts_every_mode(broker_factory, queue_name):
+    """DEFAULT_SUBSCRIPTION_MODE takes the same values as the pop parameter: a broker
+    started with from_beginning starts new groups at the oldest message, one with new-only
+    at the newest."""
+    for mode, expected in (("from_beginning", ["a"]), ("new-only", [])):
+        b = broker_factory(DEFAULT_SUBSCRIPTION_MODE=mode)
+        queue = f"{queue_name}-{mode}"
+        with httpx.Client(base_url=b.url, timeout=30) as http:
+            push(http, queue, ["a"])
+            got = http.get(f"/api/v1/pop/queue/{queue}",
+                           params={"consumerGroup": "g", "batch": 10}).json()["messages"]
+            assert [m["data"] for m in got] == expected, mode
+        b.stop()
+
+
+# -- 4. HEAD ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ["/health", "/metrics", "/api/v1/resources/queues",
+                                  "/api/v1/status", "/api/v1/consumer-groups"])
+def test_head_answers_like_get_without_a_body(http, path):
+    get = http.get(path)
+    head = http.head(path)
+    assert head.status_code == get.status_code == 200
+    assert head.content == b""
+    assert head.headers["content-type"] == get.headers["content-type"]
+    assert int(head.headers["content-length"]) > 0
+
+
+def test_head_on_a_queue_route_and_unknown_queue(http, queue_name):
+    push(http, queue_name, [1])
+    assert http.head(f"/api/v1/resources/queues/{queue_name}").status_code == 200
+    assert http.head("/api/v1/resources/queues/no-such-queue-" + queue_name).status_code == 404
