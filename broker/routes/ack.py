@@ -112,9 +112,9 @@ async def transaction(request: Request):
     txn_id = new_uuid7()
     try:
         step_results = await run_transaction(app.ctx.store, steps, required)
-        success, reason = True, None
     except TransactionAborted as aborted:
-        step_results, success, reason = aborted.results, False, aborted.reason
+        return json({"transactionId": txn_id, "success": False, "error": aborted.reason,
+                     "results": _rolled_back(steps, flat, aborted)})
 
     results = []
     flat_iter = iter(flat)
@@ -131,14 +131,35 @@ async def transaction(request: Request):
                 results.append({"index": index, "type": "ack", "success": r["success"],
                                 "transactionId": item.transaction_id, "error": r["error"],
                                 "dlq": r["dlq"]})
-    if not success:
-        return json({"transactionId": txn_id, "success": False, "error": reason, "results": results})
     for (kind, rows), res in zip(steps, step_results):
         if kind == "ack":
             leases_released(app, rows, res)
     wake_after_commit(app, {(item.queue, item.partition) for kind, item in flat
                             if kind == "push"})
     return json({"transactionId": txn_id, "success": True, "results": results})
+
+
+def _rolled_back(steps: list[tuple[str, list]], flat: list[tuple[str, Any]],
+                 aborted: TransactionAborted) -> list[dict]:
+    """Every item of a rolled-back transaction, each saying so: nothing was committed, so no
+    item has a messageId or a partitionId. The reason is on the ack that failed, or on the
+    acks under the required lease that was not live."""
+    results = []
+    flat_iter = iter(flat)
+    for step, (kind, rows) in enumerate(steps):
+        for n in range(len(rows)):
+            _, item = next(flat_iter)
+            out = {"index": len(results), "type": kind, "success": False,
+                   "status": "rolled_back", "transactionId": item.transaction_id}
+            if kind == "push":
+                out["queueName"] = item.queue
+                out["partition"] = item.partition
+            else:
+                failed = (aborted.failed_at == (step, n) or
+                          (aborted.dead_lease is not None and item.lease_id == aborted.dead_lease))
+                out["error"] = aborted.reason if failed else None
+            results.append(out)
+    return results
 
 
 # -- lease ------------------------------------------------------------------

@@ -18,6 +18,8 @@ from queen import Queen
 
 from tests.conftest import db_fetch
 
+from tests.conftest import db_fetch
+
 pytestmark = pytest.mark.timeout(90)
 
 
@@ -155,3 +157,62 @@ def test_head_on_a_queue_route_and_unknown_queue(http, queue_name):
     push(http, queue_name, [1])
     assert http.head(f"/api/v1/resources/queues/{queue_name}").status_code == 200
     assert http.head("/api/v1/resources/queues/no-such-queue-" + queue_name).status_code == 404
+
+
+# -- 3. transaction answers after a rollback ------------------------------------------------
+
+def _pop_one(http: httpx.Client, queue: str) -> dict:
+    body = http.get(f"/api/v1/pop/queue/{queue}", params={"batch": 1}).json()
+    assert body["messages"], body
+    return body["messages"][0]
+
+
+def test_rolled_back_transaction_reports_no_item_as_committed(http, database, queue_name):
+    """A transaction whose ack fails rolls back; its answer reports every item as rolled
+    back (no messageId, nothing 'queued'), with the reason on the ack that failed."""
+    push(http, queue_name, ["m"])
+    msg = _pop_one(http, queue_name)
+    out = f"{queue_name}-out"
+    r = http.post("/api/v1/transaction", json={"operations": [
+        {"type": "push", "items": [{"queue": out, "payload": 1, "transactionId": "p-1"},
+                                   {"queue": out, "payload": 2, "transactionId": "p-2"}]},
+        {"type": "ack", "transactionId": msg["transactionId"],
+         "partitionId": msg["partitionId"], "leaseId": msg["leaseId"]},
+        {"type": "ack", "transactionId": "no-such-message", "partitionId": msg["partitionId"],
+         "leaseId": msg["leaseId"]},
+    ]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["success"] is False and body["error"]
+    results = body["results"]
+    assert [(x["index"], x["type"]) for x in results] == [
+        (0, "push"), (1, "push"), (2, "ack"), (3, "ack")]
+    for x in results:
+        assert x["success"] is False and x["status"] == "rolled_back", x
+        assert "messageId" not in x and "partitionId" not in x, x
+    assert [x["transactionId"] for x in results] == [
+        "p-1", "p-2", msg["transactionId"], "no-such-message"]
+    assert results[2]["error"] is None
+    assert results[3]["error"] == body["error"]
+    # nothing was committed
+    assert db_fetch(database, "SELECT count(*) FROM queen.queues WHERE name = $1", out)[0][0] \
+        == 0
+
+
+def test_transaction_with_dead_required_lease_reports_every_item_rolled_back(
+        http, queue_name):
+    """A required lease that is not live rolls the transaction back before anything runs:
+    the acks under that lease carry the reason, pushes say rolled_back."""
+    push(http, queue_name, ["m"])
+    msg = _pop_one(http, queue_name)
+    dead = str(uuid.uuid4())
+    r = http.post("/api/v1/transaction", json={"requiredLeases": [dead], "operations": [
+        {"type": "ack", "transactionId": msg["transactionId"],
+         "partitionId": msg["partitionId"], "leaseId": dead},
+        {"type": "push", "items": [{"queue": f"{queue_name}-out", "payload": 1}]},
+    ]}).json()
+    assert r["success"] is False and dead in r["error"]
+    assert [(x["type"], x["status"], x["success"]) for x in r["results"]] == [
+        ("ack", "rolled_back", False), ("push", "rolled_back", False)]
+    assert r["results"][0]["error"] == r["error"]
+    assert "messageId" not in r["results"][1]
