@@ -216,3 +216,130 @@ def test_transaction_with_dead_required_lease_reports_every_item_rolled_back(
         ("ack", "rolled_back", False), ("push", "rolled_back", False)]
     assert r["results"][0]["error"] == r["error"]
     assert "messageId" not in r["results"][1]
+
+
+# -- 2. one meaning of pending, on every surface -----------------------------------------------
+
+FIGURES = ("total", "pending", "processing", "completed", "deadLetter")
+
+
+def _figures(d: dict, names=FIGURES) -> dict:
+    out = {k: d[k] for k in names}
+    assert all(type(v) is int for v in out.values()), out  # integers, never floats
+    return out
+
+
+def _pop(http, queue, partition, group=None, batch=10) -> list[dict]:
+    params = {"batch": batch, "wait": "false"}
+    if group:
+        params["consumerGroup"] = group
+    body = http.get(f"/api/v1/pop/queue/{queue}/partition/{partition}", params=params).json()
+    return body["messages"]
+
+
+def _ack(http, msg, group=None, status="completed"):
+    r = http.post("/api/v1/ack", json={
+        "transactionId": msg["transactionId"], "partitionId": msg["partitionId"],
+        "leaseId": msg["leaseId"], "status": status, "consumerGroup": group}).json()
+    assert r[0]["success"] is True, r
+
+
+def _refresh_stats(http) -> None:
+    """Force a stats cycle that ran after everything above committed (another broker of
+    the suite may hold the stats lock for a moment: then its cycle is a skip here)."""
+    for _ in range(100):
+        r = http.post("/api/v1/stats/refresh").json()
+        assert r["success"] is True, r
+        if not r["skipped"]:
+            return
+    raise AssertionError("the stats lock stayed taken")
+
+
+def test_every_surface_reports_the_same_figures(http, queue_name):
+    """Queue mode and group A consume everything, queue mode dead-letters one message,
+    group B completes one and holds two under its lease. Every surface (resources list
+    and detail, partitions, status, status of the queue, namespaces, /metrics JSON,
+    Prometheus) reports the same integers, per the definition in README "Operating it"."""
+    ns = f"ns-{uuid.uuid4().hex[:8]}"
+    assert http.post("/api/v1/configure", json={
+        "queue": queue_name, "namespace": ns, "options": {"leaseTime": 600}}).status_code == 200
+    push(http, queue_name, list(range(6)))
+    push(http, queue_name, ["p2-a", "p2-b"], partition="p2")
+    # queue mode: completes 0..4 and p2, dead-letters 5
+    msgs = _pop(http, queue_name, "Default")
+    assert [m["data"] for m in msgs] == list(range(6))
+    for m in msgs[:5]:
+        _ack(http, m)
+    _ack(http, msgs[5], status="dlq")
+    for m in _pop(http, queue_name, "p2"):
+        _ack(http, m)
+    # group A: completes everything
+    for partition in ("Default", "p2"):
+        for m in _pop(http, queue_name, partition, group="A"):
+            _ack(http, m, group="A")
+    # group B: completes 0, holds 1 and 2; never reads p2
+    _ack(http, _pop(http, queue_name, "Default", group="B", batch=1)[0], group="B")
+    assert [m["data"] for m in _pop(http, queue_name, "Default", group="B", batch=2)] == [1, 2]
+
+    # Default: 0 completed (everyone past it), 1 and 2 processing (B's lease), 3 and 4
+    # pending (B has still to take them), 5 dead-lettered; p2: both completed.
+    default = {"total": 6, "pending": 2, "processing": 2, "completed": 1, "deadLetter": 1}
+    p2 = {"total": 2, "pending": 0, "processing": 0, "completed": 2, "deadLetter": 0}
+    queue = {k: default[k] + p2[k] for k in FIGURES}
+    assert queue["total"] == sum(queue[k] for k in FIGURES[1:])
+
+    _refresh_stats(http)
+
+    listed = [q for q in http.get("/api/v1/resources/queues").json()["queues"]
+              if q["name"] == queue_name]
+    assert _figures(listed[0]["messages"]) == queue
+
+    detail = http.get(f"/api/v1/resources/queues/{queue_name}").json()
+    assert _figures(detail["totals"]) == queue
+    by_name = {p["name"]: _figures(p["stats"]) for p in detail["partitions"]}
+    assert by_name == {"Default": default, "p2": p2}
+
+    parts = http.get("/api/v1/resources/partitions", params={"queue": queue_name}).json()
+    assert {p["name"]: (p["total"], p["depth"], p["processing"], p["deadLetter"])
+            for p in parts["partitions"]} == {
+        n: (f["total"], f["pending"], f["processing"], f["deadLetter"])
+        for n, f in (("Default", default), ("p2", p2))}
+
+    status_q = http.get(f"/api/v1/status/queues/{queue_name}").json()
+    assert _figures(status_q["totals"]) == queue
+    assert {p["name"]: _figures(p["messages"]) for p in status_q["partitions"]} == by_name
+
+    listed = http.get("/api/v1/status/queues", params={"namespace": ns}).json()["queues"]
+    assert [q["name"] for q in listed] == [queue_name]
+    assert _figures(listed[0]["messages"]) == queue
+
+    status = http.get("/api/v1/status", params={"queue": queue_name}).json()
+    assert _figures(status["messages"]) == queue
+    assert status["deadLetterQueue"]["totalMessages"] == queue["deadLetter"]
+
+    namespaces = http.get("/api/v1/resources/namespaces").json()["namespaces"]
+    mine = [n for n in namespaces if n["namespace"] == ns]
+    assert _figures(mine[0]["messages"]) == queue
+
+    analytics = http.get("/api/v1/status/analytics",
+                         params={"queue": queue_name, "interval": "minute"}).json()
+    assert analytics["totals"]["ingested"] == queue["total"]
+    assert analytics["totals"]["deadLettered"] == queue["deadLetter"]
+
+    metrics = http.get("/metrics").json()
+    assert _figures(metrics["queues"][queue_name]) == queue
+
+    from prometheus_client.parser import text_string_to_metric_families
+    text = http.get("/metrics/prometheus").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    prom = {}
+    for name, key in (("queen_queue_messages", "total"), ("queen_queue_pending", "pending"),
+                      ("queen_queue_processing", "processing"),
+                      ("queen_queue_completed", "completed"),
+                      ("queen_queue_dead_letter", "deadLetter")):
+        values = [s.value for s in families[name].samples if s.labels["queue"] == queue_name]
+        prom[key] = int(values[0])
+    assert prom == queue
+    dlq = [s.value for s in families["queen_dlq_depth_by_queue"].samples
+           if s.labels["queue"] == queue_name]
+    assert dlq == [queue["deadLetter"]]
