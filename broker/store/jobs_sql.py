@@ -286,7 +286,7 @@ SELECT (SELECT count(*) FROM written) AS recounted,
 """
 """Recount the partitions that changed (all of them when $1 is true) and upsert
 their rows. oldest_pending_at is the creation time of the first message after
-the effective cursor and newest_message_at that of the last message, by
+the least advanced cursor and newest_message_at that of the last message, by
 position: a push assigns positions and clock_timestamp() creation times under
 the partition row lock, so within a partition position order is creation
 order. Returns (recounted, dirty_marks)."""
