@@ -378,8 +378,11 @@ def parse_configure(body: Any) -> tuple[str, str | None, str | None, dict[str, A
                     or not math.isfinite(value) or value != int(value)):
                 raise BadRequest(f"options.{name} must be an integer")
             value = int(value)
-            if value < 0 or value > 2**31 - 1:
-                raise BadRequest(f"options.{name} must be between 0 and {2**31 - 1}")
+            # priority is an ordering (the reference takes any integer, a "low" one may be
+            # negative); every other integer option is a count or a duration.
+            lowest = -(2**31) if name == "priority" else 0
+            if value < lowest or value > 2**31 - 1:
+                raise BadRequest(f"options.{name} must be between {lowest} and {2**31 - 1}")
         options[name] = value
     return queue, namespace, task, options
 

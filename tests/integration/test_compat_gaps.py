@@ -343,3 +343,21 @@ def test_every_surface_reports_the_same_figures(http, queue_name):
     dlq = [s.value for s in families["queen_dlq_depth_by_queue"].samples
            if s.labels["queue"] == queue_name]
     assert dlq == [queue["deadLetter"]]
+
+
+# -- 1b. values the clients send that the reference accepts ------------------------------------
+
+def test_configure_accepts_a_negative_priority(http, queue_name):
+    """queue(...).config({"priority": -5}).create(): the reference stores any integer
+    priority; so do we (other integer options stay non-negative)."""
+    r = http.post("/api/v1/configure", json={"queue": queue_name, "namespace": None,
+                                             "task": None, "options": {"priority": -5}})
+    assert r.status_code == 200, r.text
+    assert r.json()["options"]["priority"] == -5
+    assert http.post("/api/v1/configure", json={
+        "queue": queue_name, "options": {"leaseTime": -1}}).status_code == 400
+
+
+async def test_client_config_with_negative_priority_creates_the_queue(client, queue_name):
+    result = await client.queue(queue_name).config({"priority": -1}).create()
+    assert result["configured"] is True and result["options"]["priority"] == -1
