@@ -361,3 +361,12 @@ def test_configure_accepts_a_negative_priority(http, queue_name):
 async def test_client_config_with_negative_priority_creates_the_queue(client, queue_name):
     result = await client.queue(queue_name).config({"priority": -1}).create()
     assert result["configured"] is True and result["options"]["priority"] == -1
+
+
+def test_head_on_a_pop_route_takes_nothing(http, queue_name):
+    """A pop is not safe (it takes a lease), so HEAD there is 405 and the message stays
+    available to the next GET."""
+    push(http, queue_name, ["m"])
+    assert http.head(f"/api/v1/pop/queue/{queue_name}").status_code == 405
+    got = http.get(f"/api/v1/pop/queue/{queue_name}", params={"wait": "false"}).json()
+    assert [m["data"] for m in got["messages"]] == ["m"]
