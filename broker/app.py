@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from loguru import logger
-from sanic import Request, Sanic
+from sanic import Blueprint, Request, Sanic
 from sanic.exceptions import BadURL, MethodNotAllowed, NotFound, SanicException
 from sanic.response import HTTPResponse
 
@@ -49,6 +49,17 @@ class QueenRequest(Request):
             super().__init__(b"/", headers, version, method, transport, app, head, stream_id)
 
 
+def answer_head_like_get(blueprint: Blueprint) -> None:
+    """Register HEAD next to GET on every GET route of ``blueprint`` (load balancers and
+    uptime checkers send HEAD). The handler runs as for GET; Sanic sends its status and
+    headers, Content-Length included, and drops the body. The pop routes are left out on
+    purpose: a pop is not safe (it takes a lease), so a HEAD there would hide messages."""
+    blueprint._future_routes = {
+        route._replace(methods=frozenset({*route.methods, "HEAD"}))
+        if route.methods and "GET" in route.methods else route
+        for route in blueprint._future_routes}
+
+
 def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     ctx = BrokerContext(
         settings=settings,
@@ -63,12 +74,10 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     app.config.NOISY_EXCEPTIONS = False
     app.config.ACCESS_LOG = False
 
-    for module in (push, pop, ack):
-        app.blueprint(module.bp)
-    app.blueprint(admin.bp)
-    app.blueprint(system.bp)
-    app.blueprint(quarantine.bp)
-    for blueprint in ops.blueprints:
+    for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp,
+                      *ops.blueprints):
+        if blueprint is not pop.bp:
+            answer_head_like_get(blueprint)
         app.blueprint(blueprint)
 
     @app.before_server_start

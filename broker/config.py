@@ -194,7 +194,22 @@ _PORT = _int(1, 65535)
 _POSITIVE = _int(1)
 
 LOG_LEVELS = ("trace", "debug", "info", "success", "warning", "error", "critical")
-SUBSCRIPTION_MODES = ("", "all", "new", "new-only")
+NEW_SUBSCRIPTION_MODES = ("new", "new-only")
+"""The subscription modes that start a new group at the newest message; every other value
+(``all``, ``from_beginning``, ``earliest``, empty, anything) starts it at the oldest one, as the
+reference broker and the official clients have it."""
+
+
+def subscription_starts_new(mode: str | None) -> bool:
+    """Does subscription mode ``mode`` start a new group at the newest message?"""
+    return (mode or "").strip().lower() in NEW_SUBSCRIPTION_MODES
+
+
+def _subscription_mode(name: str, raw: str) -> str:
+    # Any value is a mode (the reference reads anything but new as "from the beginning");
+    # keep it as given, lower-cased, so the boot line shows what was set.
+    return raw.strip().lower()
+
 JWT_ALGORITHMS = ("HS256", "RS256", "EdDSA", "auto")
 
 VARIABLES: list[Variable] = [
@@ -240,9 +255,10 @@ VARIABLES: list[Variable] = [
        _POSITIVE),
     _v("DEFAULT_BATCH_SIZE", "1", "int", "Messages per pop when the request does not say.",
        _POSITIVE),
-    _v("DEFAULT_SUBSCRIPTION_MODE", "", "choice",
-       "Where a new consumer group starts: '' or all (from the oldest message), new or new-only.",
-       _choice(*SUBSCRIPTION_MODES)),
+    _v("DEFAULT_SUBSCRIPTION_MODE", "", "str",
+       "Where a new consumer group starts when a pop names no mode: new or new-only = at the "
+       "newest message; anything else ('', all, from_beginning, ...) = at the oldest.",
+       _subscription_mode),
     _v("POP_WAIT_INITIAL_INTERVAL_MS", "100", "ms",
        "First re-check interval of a waiting pop.", _POSITIVE),
     _v("POP_WAIT_BACKOFF_THRESHOLD", "3", "int",

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import uuid_utils
 
+from broker.config import subscription_starts_new
 from broker.store.db import QUEUE_MODE, AckRow
 from broker.store.sql import QUEUE_OPTIONS
 from broker.validate import MAX_NAME, Invalid, check_push
@@ -250,7 +251,7 @@ def parse_pop(args: Mapping[str, Any], *, queue: str | None, partition: str | No
     if len(group) > MAX_NAME:
         raise BadRequest(f"consumerGroup must be at most {MAX_NAME} characters")
     auto_ack = q_bool(args, "autoAck")
-    mode = (q_str(args, "subscriptionMode") or default_subscription_mode or "").lower()
+    mode = q_str(args, "subscriptionMode") or default_subscription_mode
     sub_from_raw = q_str(args, "subscriptionFrom")
     sub_mode: str | None = None
     sub_from: dt.datetime | None = None
@@ -259,10 +260,10 @@ def parse_pop(args: Mapping[str, Any], *, queue: str | None, partition: str | No
             sub_mode = "new"
         else:
             sub_mode, sub_from = "timestamp", parse_timestamp(sub_from_raw, "subscriptionFrom")
-    elif mode in ("new", "new-only"):
+    elif subscription_starts_new(mode):
         sub_mode = "new"
-    elif mode not in ("", "all"):
-        raise BadRequest(f"subscriptionMode must be all, new or new-only, got {mode!r}")
+    # Every other mode (all, from_beginning, earliest, ...) starts at the oldest message: the
+    # reference broker reads it so, and the official clients send such values.
     if group == QUEUE_MODE:
         sub_mode, sub_from = None, None  # queue mode never seeds
     return PopRequest(
@@ -377,8 +378,11 @@ def parse_configure(body: Any) -> tuple[str, str | None, str | None, dict[str, A
                     or not math.isfinite(value) or value != int(value)):
                 raise BadRequest(f"options.{name} must be an integer")
             value = int(value)
-            if value < 0 or value > 2**31 - 1:
-                raise BadRequest(f"options.{name} must be between 0 and {2**31 - 1}")
+            # priority is an ordering (the reference takes any integer, a "low" one may be
+            # negative); every other integer option is a count or a duration.
+            lowest = -(2**31) if name == "priority" else 0
+            if value < lowest or value > 2**31 - 1:
+                raise BadRequest(f"options.{name} must be between {lowest} and {2**31 - 1}")
         options[name] = value
     return queue, namespace, task, options
 

@@ -8,6 +8,7 @@ from sanic import Blueprint, Request
 from broker.http import json, read_json
 from broker.service import ack as service
 from broker.service.push import checked_producer_sub
+from broker.store.db import TransactionAborted
 from broker.wire import (BadRequest, ack_result, body_object, check_item_count, iso_milli,
                          is_uuid, parse_ack_item, parse_group, parse_push_item)
 
@@ -79,8 +80,11 @@ async def transaction(request: Request):
     outcome = await service.transaction(
         request.app.ctx, flat, required,
         checked_producer_sub(getattr(request.ctx, "producer_sub", None)))
+    txn_id = outcome.transaction_id
+    if outcome.aborted is not None:
+        return json({"transactionId": txn_id, "success": False, "error": outcome.aborted.reason,
+                     "results": _rolled_back(outcome.steps, flat, outcome.aborted)})
     steps, step_results = outcome.steps, outcome.results
-    success, reason, txn_id = outcome.success, outcome.reason, outcome.transaction_id
 
     results = []
     flat_iter = iter(flat)
@@ -97,9 +101,30 @@ async def transaction(request: Request):
                 results.append({"index": index, "type": "ack", "success": r["success"],
                                 "transactionId": item.transaction_id, "error": r["error"],
                                 "dlq": r["dlq"]})
-    if not success:
-        return json({"transactionId": txn_id, "success": False, "error": reason, "results": results})
     return json({"transactionId": txn_id, "success": True, "results": results})
+
+
+def _rolled_back(steps: list[tuple[str, list]], flat: list[tuple[str, Any]],
+                 aborted: TransactionAborted) -> list[dict]:
+    """Every item of a rolled-back transaction, each saying so: nothing was committed, so no
+    item has a messageId or a partitionId. The reason is on the ack that failed, or on the
+    acks under the required lease that was not live."""
+    results = []
+    flat_iter = iter(flat)
+    for step, (kind, rows) in enumerate(steps):
+        for n in range(len(rows)):
+            _, item = next(flat_iter)
+            out = {"index": len(results), "type": kind, "success": False,
+                   "status": "rolled_back", "transactionId": item.transaction_id}
+            if kind == "push":
+                out["queueName"] = item.queue
+                out["partition"] = item.partition
+            else:
+                failed = (aborted.failed_at == (step, n) or
+                          (aborted.dead_lease is not None and item.lease_id == aborted.dead_lease))
+                out["error"] = aborted.reason if failed else None
+            results.append(out)
+    return results
 
 
 # -- lease ------------------------------------------------------------------

@@ -42,7 +42,8 @@ async def list_queues(request: Request):
         "id": str(r["id"]), "name": r["name"], "namespace": r["namespace"], "task": r["task"],
         "priority": r["priority"], "createdAt": iso_milli(r["created_at"]),
         "partitions": r["partitions"],
-        "messages": {"total": r["total"], "pending": r["pending"], "processing": r["processing"]},
+        "messages": {"total": r["total"], "pending": r["pending"], "processing": r["processing"],
+                     "completed": r["completed"], "deadLetter": r["dead_letter"]},
     } for r in rows]})
 
 

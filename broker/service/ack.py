@@ -36,9 +36,8 @@ async def ack(ctx: BrokerContext, rows: list[AckRow]) -> list[Any]:
 class TransactionOutcome:
     transaction_id: str
     steps: list[tuple[str, list]]   # ("push", [PushRow]) | ("ack", [AckRow]), in order
-    results: list[list[Any]]        # result rows per step, as far as it ran
-    success: bool
-    reason: str | None
+    results: list[list[Any]]        # result rows per step (committed); [] when rolled back
+    aborted: TransactionAborted | None  # why it was rolled back, and where
 
 
 async def transaction(ctx: BrokerContext, flat: list[tuple[str, Any]], required: list[str],
@@ -64,12 +63,12 @@ async def transaction(ctx: BrokerContext, flat: list[tuple[str, Any]], required:
     try:
         results = await run_transaction(ctx.store, steps, required)
     except TransactionAborted as aborted:
-        return TransactionOutcome(txn_id, steps, aborted.results, False, aborted.reason)
+        return TransactionOutcome(txn_id, steps, [], aborted)
     for (kind, rows), res in zip(steps, results):
         if kind == "ack":
             leases_released(ctx, rows, res)
     wake_after_commit(ctx, {(i.queue, i.partition) for i in pushes})
-    return TransactionOutcome(txn_id, steps, results, True, None)
+    return TransactionOutcome(txn_id, steps, results, None)
 
 
 async def extend_lease(ctx: BrokerContext, lease_id: str, seconds: int):

@@ -414,10 +414,16 @@ class Store:
         return dead, pushed[0]
 
 class TransactionAborted(Exception):
-    def __init__(self, reason: str, results: list[dict]):
+    """The transaction was rolled back: nothing of it is committed. ``failed_at`` is the
+    (step, row) of the ack that failed; ``dead_lease`` the required lease that was not
+    live (the transaction then failed before any step ran)."""
+
+    def __init__(self, reason: str, *, failed_at: tuple[int, int] | None = None,
+                 dead_lease: str | None = None):
         super().__init__(reason)
         self.reason = reason
-        self.results = results
+        self.failed_at = failed_at
+        self.dead_lease = dead_lease
 
 
 async def run_transaction(store: Store, steps: list[tuple[str, list]],
@@ -452,8 +458,9 @@ async def _transaction_once(store: Store, steps: list[tuple[str, list]],
                     live = await store.live_leases(required_leases, conn)
                     dead = [lid for lid in required_leases if lid not in live]
                     if dead:
-                        raise TransactionAborted(f"Invalid or expired lease: {dead[0]}", results)
-                for kind, rows in steps:
+                        raise TransactionAborted(f"Invalid or expired lease: {dead[0]}",
+                                                 dead_lease=dead[0])
+                for step, (kind, rows) in enumerate(steps):
                     if kind == "push":
                         pushed = await store.push(rows, conn=conn)
                         held = next((n for n, r in enumerate(pushed) if r["status"] == "held"), None)
@@ -463,7 +470,8 @@ async def _transaction_once(store: Store, steps: list[tuple[str, list]],
                     else:
                         acked = await store.ack(rows, failed_to_dlq=True, conn=conn)
                         results.append(acked)
-                        bad = next((r for r in acked if not r["success"]), None)
+                        bad = next((n for n, r in enumerate(acked) if not r["success"]), None)
                         if bad is not None:
-                            raise TransactionAborted(bad["error"] or "ack failed", results)
+                            raise TransactionAborted(acked[bad]["error"] or "ack failed",
+                                                     failed_at=(step, bad))
     return results

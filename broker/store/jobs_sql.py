@@ -11,6 +11,8 @@ Three jobs:
 """
 from __future__ import annotations
 
+from broker.store.figures_sql import partition_figures
+
 RETENTION_LOCK_ID = 737001
 """Session advisory lock of the retention sweep (behaviour.md §7.1)."""
 
@@ -210,16 +212,12 @@ METRICS_PURGES = (
 # retention are counted right.
 # ---------------------------------------------------------------------------
 
-STATS_REFRESH_PARTITIONS = """
+STATS_REFRESH_PARTITIONS = f"""
 WITH dirty AS (
     DELETE FROM queen.stats_dirty RETURNING partition_id
 ),
 cursors AS (
     SELECT l.partition_id,
-           max(l.cursor_seq) FILTER (WHERE l.consumer_group = '__QUEUE_MODE__') AS queue_mode_cursor,
-           min(l.cursor_seq) AS min_cursor,
-           min(l.cursor_seq) FILTER (WHERE l.lease_expires_at > now()) AS lease_from,
-           max(l.lease_last_seq) FILTER (WHERE l.lease_expires_at > now()) AS lease_to,
            sum(hashtextextended(
                    l.consumer_group || '|' || l.cursor_seq || '|' ||
                    coalesce((CASE WHEN l.lease_expires_at > now() THEN l.lease_last_seq END)::text, '-'),
@@ -229,8 +227,7 @@ cursors AS (
 ),
 changed AS (
     SELECT p.id, p.name, p.last_seq, q.name AS queue_name, q.namespace, q.task,
-           coalesce(c.queue_mode_cursor, c.min_cursor, 0) AS eff_cursor,
-           c.lease_from, c.lease_to, coalesce(c.sig, 0) AS sig
+           coalesce(c.sig, 0) AS sig
     FROM queen.partitions p
     JOIN queen.queues q ON q.id = p.queue_id
     LEFT JOIN cursors c ON c.partition_id = p.id
@@ -246,27 +243,11 @@ changed AS (
        OR p.id IN (SELECT d.partition_id FROM dirty d)
 ),
 counted AS (
-    SELECT ch.*, t.total, pe.pending, pr.processing, dl.dead, op.oldest, nw.newest
+    -- the figures every surface reports (figures_sql.py), and the newest message
+    SELECT ch.*, f.total, f.pending, f.processing, f.completed, f.dead_letter AS dead,
+           f.oldest_pending_at AS oldest, nw.newest
     FROM changed ch
-    CROSS JOIN LATERAL (
-        SELECT count(*) AS total FROM queen.messages m WHERE m.partition_id = ch.id) t
-    CROSS JOIN LATERAL (
-        SELECT count(*) AS pending FROM queen.messages m
-        WHERE m.partition_id = ch.id AND m.seq > ch.eff_cursor) pe
-    CROSS JOIN LATERAL (
-        -- distinct messages inside (cursor, lease_last_seq] of any live lease
-        SELECT count(*) AS processing FROM queen.messages m
-        WHERE ch.lease_to IS NOT NULL AND m.partition_id = ch.id
-          AND m.seq > ch.lease_from AND m.seq <= ch.lease_to
-          AND EXISTS (SELECT 1 FROM queen.log_consumers l
-                      WHERE l.partition_id = ch.id AND l.lease_expires_at > now()
-                        AND m.seq > l.cursor_seq AND m.seq <= l.lease_last_seq)) pr
-    CROSS JOIN LATERAL (
-        SELECT count(*) AS dead FROM queen.dead_letter_queue d WHERE d.partition_id = ch.id) dl
-    LEFT JOIN LATERAL (
-        SELECT m.created_at AS oldest FROM queen.messages m
-        WHERE m.partition_id = ch.id AND m.seq > ch.eff_cursor
-        ORDER BY m.seq LIMIT 1) op ON true
+    CROSS JOIN LATERAL {partition_figures('ch.id')} f
     LEFT JOIN LATERAL (
         SELECT m.created_at AS newest FROM queen.messages m
         WHERE m.partition_id = ch.id
@@ -279,7 +260,7 @@ written AS (
          dead_letter_messages, oldest_pending_at, newest_message_at, max_lag_seconds,
          child_count, last_scanned_at, updated_at, scanned_last_seq, consumer_sig)
     SELECT 'partition', c.id::text, c.queue_name, c.namespace, c.task, c.id, c.name,
-           c.total, c.pending, c.processing, c.total - c.pending,
+           c.total, c.pending, c.processing, c.completed,
            c.dead, c.oldest, c.newest,
            coalesce(greatest(extract(epoch FROM now() - c.oldest), 0), 0),
            0, now(), now(), c.last_seq, c.sig
@@ -305,7 +286,7 @@ SELECT (SELECT count(*) FROM written) AS recounted,
 """
 """Recount the partitions that changed (all of them when $1 is true) and upsert
 their rows. oldest_pending_at is the creation time of the first message after
-the effective cursor and newest_message_at that of the last message, by
+the least advanced cursor and newest_message_at that of the last message, by
 position: a push assigns positions and clock_timestamp() creation times under
 the partition row lock, so within a partition position order is creation
 order. Returns (recounted, dirty_marks)."""

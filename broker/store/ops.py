@@ -351,12 +351,25 @@ async def postgres_stats(store: Store) -> dict:
     return {"database": db, "connections": conns, "tables": tables}
 
 
+def queue_figures(row) -> dict:
+    """The message figures of a row (figures_sql.py) as every route reports them: integers,
+    under these names."""
+    return {"total": int(row["total"]), "pending": int(row["pending"]),
+            "processing": int(row["processing"]), "completed": int(row["completed"]),
+            "deadLetter": int(row["dead_letter"])}
+
+
+async def queue_stats(store: Store) -> dict[str, dict]:
+    """Every queue's figures from queen.stats, by name (/metrics)."""
+    async with store.connection() as conn:
+        return {r["queue"]: queue_figures(r) for r in await conn.fetch(q.QUEUE_STATS_ROWS)}
+
+
 async def metrics_snapshot(store: Store) -> dict:
     """Database-side figures of /metrics/prometheus."""
     async with store.connection() as conn:
         queues = await conn.fetch(q.QUEUE_STATS_ROWS)
         dlq = await conn.fetch(q.DLQ_BY_QUEUE)
         leases = await conn.fetchval(q.LIVE_LEASE_COUNT)
-    return {"queues": [(r["queue"], r["pending_messages"], r["processing_messages"])
-                       for r in queues],
+    return {"queues": {r["queue"]: queue_figures(r) for r in queues},
             "dlq": [(r["queue"], r["n"]) for r in dlq], "leases": leases}

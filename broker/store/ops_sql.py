@@ -1,19 +1,19 @@
 """SQL of the operator routes (api.md §10.4–§10.7, §11, §13, §14, §15): named,
 documented statements, like broker/store/sql.py.
 
-Positions. A message's ``seq`` is dense per partition when it is written;
-rows only disappear through the retention sweep and DELETE /messages. So
-"messages after a cursor" is counted on the unique (partition_id, seq) index
-when the range is at most EXACT_COUNT_LIMIT positions (exact whatever was
-deleted), and taken as ``last_seq - cursor`` beyond that (exact unless rows
-inside the range were deleted; an upper bound otherwise). On small data every
-number is exact; on a large backlog the cost stays bounded.
+Message figures (total / pending / processing / completed / dead-lettered) come from
+broker/store/figures_sql.py, the one definition every surface and the stats job share;
+they are exact row counts.
 
-Effective cursor (the contract of queen.stats, schema_ops.sql): queue mode's
-cursor when a ``__QUEUE_MODE__`` row exists, else the least advanced cursor of
-the partition's groups, else the beginning (0).
+Lags. "Messages after a cursor" (a group's offset lag, the depth route) is counted on the
+unique (partition_id, seq) index when the range is at most EXACT_COUNT_LIMIT positions
+(exact whatever was deleted), and taken as ``last_seq - cursor`` beyond that (exact unless
+rows inside the range were deleted; an upper bound otherwise), so the cost stays bounded
+on a large backlog.
 """
 from __future__ import annotations
+
+from broker.store.figures_sql import partition_figures
 
 EXACT_COUNT_LIMIT = 10_000
 """Longest position range counted row by row (see the module docstring)."""
@@ -47,39 +47,17 @@ SELECT q.id AS queue_id, q.name AS queue_name, q.namespace, q.task, q.priority,
        q.created_at AS queue_created_at,
        p.id AS partition_id, p.name AS partition_name, p.created_at, p.last_seq,
        p.last_message_at, p.last_activity,
-       coalesce(c.eff_cursor, 0) AS eff_cursor,
-       CASE WHEN p.id IS NULL THEN 0
-            ELSE (SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id) END AS total,
-       CASE WHEN p.id IS NULL THEN 0
-            ELSE {after('p.id', 'p.last_seq', 'coalesce(c.eff_cursor, 0)')} END AS pending,
-       CASE WHEN c.lease_hi IS NULL THEN 0
-            ELSE (SELECT count(*) FROM queen.messages m
-                  WHERE m.partition_id = p.id AND m.seq > c.lease_lo AND m.seq <= c.lease_hi
-                    AND EXISTS (SELECT 1 FROM queen.log_consumers l
-                                WHERE l.partition_id = p.id AND l.lease_expires_at > now()
-                                  AND m.seq > l.cursor_seq AND m.seq <= l.lease_last_seq)) END
-           AS processing,
-       CASE WHEN p.id IS NULL THEN 0
-            ELSE (SELECT count(*) FROM queen.dead_letter_queue d WHERE d.partition_id = p.id) END
-           AS dead_letter,
-       (SELECT m.created_at FROM queen.messages m
-        WHERE m.partition_id = p.id AND m.seq > coalesce(c.eff_cursor, 0)
-        ORDER BY m.seq LIMIT 1) AS oldest_pending_at
+       coalesce(f.min_cursor, 0) AS eff_cursor,
+       coalesce(f.total, 0) AS total, coalesce(f.pending, 0) AS pending,
+       coalesce(f.processing, 0) AS processing, coalesce(f.completed, 0) AS completed,
+       coalesce(f.dead_letter, 0) AS dead_letter, f.oldest_pending_at
 FROM queen.queues q
 LEFT JOIN queen.partitions p ON p.queue_id = q.id
-LEFT JOIN LATERAL (
-    SELECT coalesce(max(l.cursor_seq) FILTER (WHERE l.consumer_group = '__QUEUE_MODE__'),
-                    min(l.cursor_seq)) AS eff_cursor,
-           min(l.cursor_seq) FILTER (WHERE l.lease_expires_at > now()) AS lease_lo,
-           max(l.lease_last_seq) FILTER (WHERE l.lease_expires_at > now()) AS lease_hi
-    FROM queen.log_consumers l WHERE l.partition_id = p.id
-) c ON true
+LEFT JOIN LATERAL {partition_figures('p.id')} f ON p.id IS NOT NULL
 """
 # One row per partition (a queue without partitions gives one row with NULL
-# partition columns and zero counters), counters as defined for queen.stats:
-# total, pending (after the effective cursor), processing (handed out under a
-# live lease of any group, not yet acked; counted once), dead_letter, and the
-# time of the oldest pending message.
+# partition columns and zero counters), with the figures of
+# broker/store/figures_sql.py: the same statement the stats job counts with.
 
 PARTITIONS_LIVE = f"""
 WITH pc AS ({_PARTITION_COUNTS}
@@ -99,7 +77,7 @@ def _dimension_live(dim: str) -> str:
 WITH pc AS ({_PARTITION_COUNTS})
 SELECT {dim} AS key, count(DISTINCT queue_id) AS queues, count(partition_id) AS partitions,
        sum(total)::bigint AS total, sum(pending)::bigint AS pending,
-       sum(processing)::bigint AS processing, sum(total - pending)::bigint AS completed,
+       sum(processing)::bigint AS processing, sum(completed)::bigint AS completed,
        sum(dead_letter)::bigint AS dead_letter
 FROM pc WHERE {dim} <> ''
 GROUP BY {dim} ORDER BY {dim}
@@ -144,7 +122,7 @@ WITH pc AS ({_PARTITION_COUNTS} WHERE {_SCOPE})
 SELECT count(DISTINCT queue_id) AS queues, count(partition_id) AS partitions,
        coalesce(sum(total), 0)::bigint AS total, coalesce(sum(pending), 0)::bigint AS pending,
        coalesce(sum(processing), 0)::bigint AS processing,
-       coalesce(sum(total - pending), 0)::bigint AS completed,
+       coalesce(sum(completed), 0)::bigint AS completed,
        coalesce(sum(dead_letter), 0)::bigint AS dead_letter
 FROM pc
 """
@@ -180,7 +158,7 @@ WITH pc AS ({_PARTITION_COUNTS}
 SELECT queue_id AS id, queue_name AS name, namespace, task, priority,
        queue_created_at AS created_at, count(partition_id) AS partitions,
        sum(total)::bigint AS total, sum(pending)::bigint AS pending,
-       sum(processing)::bigint AS processing, sum(total - pending)::bigint AS completed,
+       sum(processing)::bigint AS processing, sum(completed)::bigint AS completed,
        sum(dead_letter)::bigint AS dead_letter,
        count(*) OVER () AS full_count
 FROM pc
@@ -230,8 +208,7 @@ LEFT JOIN queen.log_consumers g ON g.partition_id = p.id AND g.consumer_group = 
 CROSS JOIN LATERAL (
     SELECT CASE
         WHEN $2::text IS NULL THEN
-            (SELECT coalesce(max(l.cursor_seq) FILTER (WHERE l.consumer_group = '__QUEUE_MODE__'),
-                             min(l.cursor_seq), 0)
+            (SELECT coalesce(min(l.cursor_seq), 0)
              FROM queen.log_consumers l WHERE l.partition_id = p.id)
         WHEN g.partition_id IS NOT NULL THEN g.cursor_seq
         ELSE coalesce((SELECT max(m.seq) FROM queen.messages m
@@ -245,7 +222,8 @@ ORDER BY p.name
 """
 """Backlog per partition of queue $1: after group $2's cursor (a partition the
 group never touched starts where its subscription says: exactly where its
-first pop would), or after the effective cursor when $2 is NULL."""
+first pop would), or after the least advanced cursor of the partition's consumers
+(queue mode included) when $2 is NULL: the lag, in-flight messages included."""
 
 QUEUE_EXISTS = "SELECT id FROM queen.queues WHERE name = $1"
 """The id of queue $1 (NULL: no such queue)."""
@@ -643,10 +621,12 @@ GROUP BY q.name ORDER BY q.name
 """Dead letters per queue (prometheus queen_dlq_depth_by_queue)."""
 
 QUEUE_STATS_ROWS = """
-SELECT stat_key AS queue, pending_messages, processing_messages
+SELECT stat_key AS queue, total_messages AS total, pending_messages AS pending,
+       processing_messages AS processing, completed_messages AS completed,
+       dead_letter_messages AS dead_letter
 FROM queen.stats WHERE stat_type = 'queue' ORDER BY stat_key
 """
-"""Per-queue pending/processing from queen.stats (prometheus)."""
+"""Per-queue message figures from queen.stats (/metrics, /metrics/prometheus)."""
 
 LIVE_LEASE_COUNT = """
 SELECT count(*) FROM queen.log_consumers WHERE lease_id IS NOT NULL AND lease_expires_at > now()

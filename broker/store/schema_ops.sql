@@ -4,14 +4,15 @@
 -- Pre-aggregated counters, maintained by the stats reconciler (lock 737002).
 -- stat_type: 'partition' (stat_key = partition id), 'queue' (queue name),
 -- 'namespace', 'task', 'system' (stat_key = 'system').
--- Counts are measured against a partition's effective cursor: queue mode's
--- cursor when a __QUEUE_MODE__ row exists, else the least advanced cursor of
--- its consumer groups, else the beginning.
---   total         messages stored
---   pending       messages after the effective cursor
---   processing    messages handed out under live leases (any group) and not yet acked
---   completed     total - pending (at or before the effective cursor, dead letters included)
---   dead_letter   rows in dead_letter_queue
+-- The figures are those of broker/store/figures_sql.py (one definition for every
+-- surface): each stored message counted once, in one state, against the partition's
+-- consumers (the groups with a cursor row, queue mode included):
+--   total         messages stored (= pending + processing + completed + dead_letter)
+--   pending       not yet taken by some consumer (after the least advanced cursor,
+--                 not under a live lease, not dead-lettered)
+--   processing    handed out under a live lease (any consumer) and not yet acked
+--   completed     every consumer is past it, not dead-lettered
+--   dead_letter   messages some consumer dead-lettered
 CREATE TABLE IF NOT EXISTS queen.stats (
     stat_type           text NOT NULL,
     stat_key            text NOT NULL,

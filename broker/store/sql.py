@@ -3,6 +3,7 @@
 The heavy lifting of push, pop and ack lives in server-side functions
 (functions.sql) so that each request is a single round trip.
 """
+from broker.store.figures_sql import partition_figures
 
 PUSH_ORDERED = """
 SELECT idx, message_id, partition_id, status, late, peer
@@ -151,38 +152,34 @@ SELECT count(*) > 0 FROM gone
 """
 """Delete a queue; partitions, messages, cursors and DLQ rows go by cascade."""
 
-LIST_QUEUES = """
+_FIGURE_SUMS = """coalesce(sum(f.total), 0)::bigint AS total,
+       coalesce(sum(f.pending), 0)::bigint AS pending,
+       coalesce(sum(f.processing), 0)::bigint AS processing,
+       coalesce(sum(f.completed), 0)::bigint AS completed,
+       coalesce(sum(f.dead_letter), 0)::bigint AS dead_letter"""
+
+LIST_QUEUES = f"""
 SELECT q.id, q.name, q.namespace, q.task, q.priority, q.created_at,
-       (SELECT count(*) FROM queen.partitions p WHERE p.queue_id = q.id) AS partitions,
-       (SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
-        WHERE p.queue_id = q.id) AS total,
-       (SELECT coalesce(sum(greatest(p.last_seq - coalesce(l.cursor_seq, 0), 0)), 0)
-        FROM queen.partitions p
-        LEFT JOIN queen.log_consumers l ON l.partition_id = p.id AND l.consumer_group = '__QUEUE_MODE__'
-        WHERE p.queue_id = q.id) AS pending,
-       (SELECT count(*) FROM queen.log_consumers l JOIN queen.partitions p ON p.id = l.partition_id
-        WHERE p.queue_id = q.id AND l.lease_expires_at > now()) AS processing
+       count(p.id) AS partitions, {_FIGURE_SUMS}
 FROM queen.queues q
+LEFT JOIN queen.partitions p ON p.queue_id = q.id
+LEFT JOIN LATERAL {partition_figures('p.id')} f ON p.id IS NOT NULL
+GROUP BY q.id
 ORDER BY q.created_at DESC
 """
-"""Queues, newest first, with exact (not cached) counters for queue mode."""
+"""Queues, newest first, with exact (not cached) message figures (figures_sql.py)."""
 
-QUEUE_PARTITION_STATS = """
+QUEUE_PARTITION_STATS = f"""
 SELECT p.id, p.name, p.created_at, p.last_seq,
-       (SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id) AS total,
-       greatest(p.last_seq - coalesce(l.cursor_seq, 0), 0) AS pending,
-       CASE WHEN l.lease_expires_at > now() THEN greatest(coalesce(l.lease_last_seq, 0) - l.cursor_seq, 0)
-            ELSE 0 END AS processing,
-       coalesce(l.cursor_seq, 0) AS completed,
-       (SELECT count(*) FROM queen.dead_letter_queue d WHERE d.partition_id = p.id) AS dead_letter,
+       f.total, f.pending, f.processing, f.completed, f.dead_letter,
        (SELECT min(m.created_at) FROM queen.messages m WHERE m.partition_id = p.id) AS oldest,
        (SELECT max(m.created_at) FROM queen.messages m WHERE m.partition_id = p.id) AS newest
 FROM queen.partitions p
-LEFT JOIN queen.log_consumers l ON l.partition_id = p.id AND l.consumer_group = '__QUEUE_MODE__'
+CROSS JOIN LATERAL {partition_figures('p.id')} f
 WHERE p.queue_id = $1
 ORDER BY p.name
 """
-"""Per-partition counters of a queue, measured against queue mode's cursor."""
+"""Per-partition message figures of a queue (figures_sql.py), exact."""
 
 _DLQ_FILTER = """
 FROM queen.dead_letter_queue d

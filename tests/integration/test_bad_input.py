@@ -252,7 +252,6 @@ def test_oversized_body_is_413_json_and_writes_nothing(broker_factory, database,
     {"timeout": "soon", "wait": "true"},
     {"wait": "perhaps"},
     {"autoAck": "yes please"},
-    {"subscriptionMode": "sometimes", "consumerGroup": "g"},
     {"subscriptionFrom": "not a time", "consumerGroup": "g"},
     {"consumerGroup": "g" * 300},
 ])

@@ -92,11 +92,13 @@ def test_namespaces_tasks_overview(http, queue_name):
     assert set(mine[0]["messages"]) >= {"total", "pending"}
     if stats_empty(body):
         assert mine[0]["messages"]["total"] == 5
-        # effective cursor is queue mode's: p1 after 2, p2 after 1
-        assert mine[0]["messages"]["pending"] == 2
+        # each message in one state (README "Operating it"): 1 and 2 completed (queue mode
+        # and ga past them), 3 and 5 processing (under queue mode's and gb's leases), 4
+        # dead-lettered (by queue mode; gb's lease on it does not make it processing)
+        assert mine[0]["messages"]["pending"] == 0
         assert mine[0]["messages"]["deadLetter"] == 1
-        # under live leases: 3 (queue mode on p1), 4 and 5 (gb on p2)
-        assert mine[0]["messages"]["processing"] == 3
+        assert mine[0]["messages"]["processing"] == 2
+        assert mine[0]["messages"]["completed"] == 2
     body = ok(http.get("/api/v1/resources/tasks"))
     mine = [t for t in body["tasks"] if t["task"] == s["task"]]
     assert len(mine) == 1 and mine[0]["queues"] == 1
@@ -116,35 +118,38 @@ def test_namespaces_tasks_overview(http, queue_name):
 
 def test_partitions_and_depth(http, queue_name):
     s = scenario(http, queue_name)
+    push(http, queue_name, {"n": 6}, partition="p2")  # no consumer has taken it yet
     body = ok(http.get("/api/v1/resources/partitions", params={"queue": queue_name}))
     parts = {p["name"]: p for p in body["partitions"]}
     assert set(parts) == {"Default", "p1", "p2"}
-    assert parts["p1"]["depth"] == 1 and parts["p1"]["total"] == 3
-    assert parts["p2"]["depth"] == 1 and parts["p2"]["total"] == 2
+    # depth = pending: 3 is processing (queue mode's lease), 6 pending, 4 dead, 5 processing
+    assert parts["p1"]["depth"] == 0 and parts["p1"]["total"] == 3
+    assert parts["p2"]["depth"] == 1 and parts["p2"]["total"] == 3
     assert parts["p1"]["processing"] == 1          # queue mode's lease on message 3
-    assert parts["p2"]["processing"] == 2          # gb's lease on 4 and 5
+    assert parts["p2"]["processing"] == 1          # gb's lease on 5 (4 is dead-lettered)
     for key in ("id", "queue", "namespace", "task", "queuePriority", "createdAt"):
         assert key in parts["p1"]
     assert parts["p1"]["namespace"] == s["ns"]
     body = ok(http.get("/api/v1/resources/partitions",
                        params={"queue": queue_name, "minDepth": 1}))
-    assert {p["name"] for p in body["partitions"]} == {"p1", "p2"}
+    assert {p["name"] for p in body["partitions"]} == {"p2"}
     assert ok(http.get("/api/v1/resources/partitions",
                        params={"queue": queue_name, "minDepth": 2}))["partitions"] == []
     assert http.get("/api/v1/resources/partitions", params={"minDepth": "x"}).status_code == 400
 
     d = ok(http.get(f"/api/v1/resources/queues/{quote(queue_name)}/depth"))
-    assert d == {"queue": queue_name, "group": None, "pending": 2, "partitionsPending": 2,
-                 "conflation": False, "effectivePending": 2,
+    # without a group: the lag after the least advanced consumer, in-flight included
+    assert d == {"queue": queue_name, "group": None, "pending": 4, "partitionsPending": 2,
+                 "conflation": False, "effectivePending": 4,
                  "partitions": [{"partition": "Default", "pending": 0},
                                 {"partition": "p1", "pending": 1},
-                                {"partition": "p2", "pending": 1}]}
+                                {"partition": "p2", "pending": 3}]}
     d = ok(http.get(f"/api/v1/resources/queues/{queue_name}/depth", params={"group": s["ga"]}))
     # ga: p1 consumed; p2 never touched: starts at the beginning (no subscription)
-    assert {p["partition"]: p["pending"] for p in d["partitions"]} == {"Default": 0, "p1": 0, "p2": 2}
-    assert d["pending"] == 2 and d["partitionsPending"] == 1 and d["group"] == s["ga"]
+    assert {p["partition"]: p["pending"] for p in d["partitions"]} == {"Default": 0, "p1": 0, "p2": 3}
+    assert d["pending"] == 3 and d["partitionsPending"] == 1 and d["group"] == s["ga"]
     d = ok(http.get(f"/api/v1/resources/queues/{queue_name}/depth", params={"group": s["gb"]}))
-    assert {p["partition"]: p["pending"] for p in d["partitions"]} == {"Default": 0, "p1": 3, "p2": 2}
+    assert {p["partition"]: p["pending"] for p in d["partitions"]} == {"Default": 0, "p1": 3, "p2": 3}
     r = http.get(f"/api/v1/resources/queues/{queue_name}-missing/depth")
     assert r.status_code == 404 and "error" in r.json()
 
@@ -496,7 +501,8 @@ def test_status_routes(http, database, queue_name):
     assert body["deadLetterQueue"]["totalMessages"] == 1
     assert body["deadLetterQueue"]["topErrors"] == [{"error": "boom", "count": 1}]
     if stats_empty(body):
-        assert body["messages"]["total"] == 5 and body["messages"]["pending"] == 2
+        assert body["messages"]["total"] == 5 and body["messages"]["pending"] == 0
+        assert body["messages"]["processing"] == 2 and body["messages"]["completed"] == 2
     assert http.get("/api/v1/status", params={"from": "x"}).status_code == 400
 
     body = ok(http.get("/api/v1/status/queues", params={"namespace": s["ns"]}))
@@ -622,12 +628,15 @@ def test_prometheus_render_with_mesh():
     from broker.routes.ops.metrics import render
     snap = {"gauges": {"db_pool_size": 2, "db_pool_idle": 1, "db_pool_max": 10,
                        "maintenance_mode": True, "pop_maintenance_mode": False,
+                       "long_polls_in_flight": 0,
                        "mesh": {"messages_sent": 5, "messages_received": 4,
                                 "messages_dropped": 1, "servers_alive": 2, "servers_dead": 1}},
             "telemetry": {"uptime_s": 3.0, "requests": {"r": 1}, "errors": {},
                           "messages": {"queued": 2}},
             "process": {}, "pool_waiting": 0, "spool": None,
-            "db": {"queues": [("q", 3, 1)], "dlq": [("q", 2)], "leases": 1}}
+            "db": {"queues": {"q": {"total": 6, "pending": 3, "processing": 1, "completed": 0,
+                                    "deadLetter": 2}},
+                   "dlq": [("q", 2)], "leases": 1}}
     families = {f.name: f for f in text_string_to_metric_families(render(snap).decode())}
     sent = {s.labels["dir"]: s.value for s in families["queen_transport_messages"].samples
             if s.name.endswith("_total")}
@@ -670,7 +679,9 @@ async def test_counters_come_from_stats_table_once_populated(fresh_database):
         totals = (await ops.overview(store))["totals"]  # what /resources/overview shows
         assert (totals["total"], totals["pending"], totals["completed"]) == (10, 4, 6)
         snap = await ops.metrics_snapshot(store)
-        assert snap["queues"] == [("qa", 4, 1)] and snap["leases"] == 0
+        assert snap["queues"] == {"qa": {"total": 10, "pending": 4, "processing": 1,
+                                         "completed": 6, "deadLetter": 2}}
+        assert snap["leases"] == 0
         qs = await ops.queues_status(store, None, None, 10, 0)
         assert qs[0]["name"] == "qa" and qs[0]["pending"] == 4
     finally:

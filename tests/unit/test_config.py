@@ -82,7 +82,6 @@ def test_values_are_parsed():
     ("PG_USE_SSL", "maybe", "PG_USE_SSL must be a boolean (true/false, 1/0, yes/no, on/off), got 'maybe'"),
     ("QUEEN_SYNC_ENABLED", "2", "QUEEN_SYNC_ENABLED must be a boolean"),
     ("LOG_LEVEL", "loud", "LOG_LEVEL must be one of trace, debug, info, success, warning, error, critical, got 'loud'"),
-    ("DEFAULT_SUBSCRIPTION_MODE", "latest", "DEFAULT_SUBSCRIPTION_MODE must be one of"),
     ("JWT_ALGORITHM", "none", "JWT_ALGORITHM must be one of HS256, RS256, EdDSA, auto, got 'none'"),
     ("POP_WAIT_BACKOFF_MULTIPLIER", "0.5", "POP_WAIT_BACKOFF_MULTIPLIER must be a number >= 1, got '0.5'"),
     ("POP_WAIT_BACKOFF_MULTIPLIER", "inf", "POP_WAIT_BACKOFF_MULTIPLIER must be a number"),

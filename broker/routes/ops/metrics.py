@@ -82,6 +82,11 @@ async def metrics_json(request: Request):
     total_requests = sum(snap["requests"].values())
     proc = _process_figures()
     spool = await request.app.ctx.spool.stats()
+    try:
+        queues = await ops.queue_stats(request.app.ctx.store)
+    except (StoreUnavailable, StoreError) as exc:  # the process figures still answer
+        logger.warning("metrics: database figures unavailable: {}", exc)
+        queues = None
     return json({
         "uptime": snap["uptime_s"],
         "requests": {"total": total_requests, "rate": requests_rate.rate(total_requests),
@@ -102,6 +107,8 @@ async def metrics_json(request: Request):
         "spool": {key: spool[key] for key in ("pendingCount", "pendingBytes", "maxBytes",
                                               "rejectedFull", "quarantinedEvents", "dbHealthy",
                                               "orderExceptions", "registeredPartitions")},
+        # per queue, as of the last stats cycle (null while the database is unreachable)
+        "queues": queues,
     })
 
 
@@ -121,6 +128,16 @@ async def snapshot(app) -> dict[str, Any]:
         logger.warning("metrics: database figures unavailable: {}", exc)
         snap["db"] = None
     return snap
+
+
+QUEUE_GAUGES = (
+    ("total", "queen_queue_messages", "Messages stored per queue (stats table)"),
+    ("pending", "queen_queue_pending", "Pending messages per queue (stats table)"),
+    ("processing", "queen_queue_processing", "Messages under lease per queue (stats table)"),
+    ("completed", "queen_queue_completed", "Completed messages per queue (stats table)"),
+    ("deadLetter", "queen_queue_dead_letter", "Dead-lettered messages per queue (stats table)"),
+)
+"""Per-queue gauges: the figures of broker/store/figures_sql.py, as of the last stats cycle."""
 
 
 class SnapshotCollector:
@@ -204,10 +221,9 @@ class SnapshotCollector:
                       sorted(([k], v) for k, v in t["errors"].items()))
         db = s["db"]
         if db is not None:
-            yield gauge("queen_queue_pending", "Pending messages per queue (stats table)", None,
-                        ["queue"], [([q], pend) for q, pend, _proc in db["queues"]])
-            yield gauge("queen_queue_processing", "Messages under lease per queue (stats table)",
-                        None, ["queue"], [([q], proc) for q, _pend, proc in db["queues"]])
+            for key, name, doc in QUEUE_GAUGES:
+                yield gauge(name, doc, None, ["queue"],
+                            [([q], f[key]) for q, f in sorted(db["queues"].items())])
             yield gauge("queen_dlq_depth", "Dead letters, all queues",
                         sum(n for _q, n in db["dlq"]))
             yield gauge("queen_dlq_depth_by_queue", "Dead letters per queue", None, ["queue"],

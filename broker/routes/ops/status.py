@@ -111,7 +111,7 @@ async def status_queue(request: Request, queue: str):
     partitions = []
     for p in parts:
         m = {"total": p["total"], "pending": p["pending"], "processing": p["processing"],
-             "completed": p["total"] - p["pending"], "deadLetter": p["dead_letter"]}
+             "completed": p["completed"], "deadLetter": p["dead_letter"]}
         for k in keys:
             totals[k] += m[k]
         partitions.append({
