@@ -300,7 +300,7 @@ class Spool(AsyncioActor):
         self._file_bytes: dict[str, int] = {}  # .buf name -> its size, counted against the cap
         # .buf name -> (queue, partition) -> events counted in the backlog, not replayed yet
         self._file_pairs: dict[str, Counter] = {}
-        self._settled: dict[str, int] = {}  # .buf name -> events already taken off the backlog
+        self._done: dict[str, set[int]] = {}  # .buf name -> indexes settled (committed or set aside)
         self._raw_quarantined: set[str] = set()  # .buf names whose unparseable records are set aside
         self._file_first: dict[str, dict[tuple[str, str], int]] = {}  # .buf name -> pair -> first accept
         self._draining: tuple[str, list[dict]] | None = None  # the file being replayed, its events
@@ -737,8 +737,11 @@ class Spool(AsyncioActor):
         draining = self._draining
         for name in sorted(self._file_first):
             if draining is not None and draining[0] == name:
-                for event in draining[1][self._progress.get(name, 0):]:
-                    out.setdefault(event_pair(event), accepted_at(event))
+                done = self._done.get(name, ())
+                events = draining[1]
+                for k in range(self._progress.get(name, 0), len(events)):
+                    if k not in done:
+                        out.setdefault(event_pair(events[k]), accepted_at(events[k]))
             else:
                 for pair, accept in self._file_first[name].items():
                     out.setdefault(pair, accept)
@@ -797,16 +800,33 @@ class Spool(AsyncioActor):
                 event["acceptedAt"] = default
         self._draining = (name, events)
         next_accept = self._next_accepts(name, events)
+        done_set = self._done.setdefault(name, set())
         start = self._progress.get(name, 0)
-        done = 0
-        for i in range(start, len(events), self._max_batch):
+        todo = [k for k in range(start, len(events)) if k not in done_set]
+        blocked: set[tuple[str, str]] = set()  # partitions waiting for a peer in this pass
+        done, pos = 0, 0
+        while pos < len(todo):
             if self._paused:
                 return "paused", done
-            stop = min(i + self._max_batch, len(events))
-            outcome, committed = await self._replay_range(name, events, next_accept, i, stop)
+            batch: list[int] = []
+            while pos < len(todo) and len(batch) < self._max_batch:
+                k = todo[pos]
+                pos += 1
+                if event_pair(events[k]) not in blocked:
+                    batch.append(k)
+            if not batch:
+                break
+            outcome, committed = await self._replay_indexes(name, events, next_accept, batch,
+                                                            blocked)
             done += committed
             if outcome != "ok":
                 return outcome, done
+        if blocked:
+            # Other brokers' earlier pushes to these partitions come first; the
+            # rest of the file went ahead. Look again soon, not a cycle later.
+            asyncio.get_running_loop().call_later(_WAITING_RETRY_S, self._wake.set)
+            return "waiting", done
+        self.waiting_for = None
         try:
             await asyncio.to_thread(path.unlink)
         except FileNotFoundError:
@@ -819,92 +839,85 @@ class Spool(AsyncioActor):
         self._transient_streak = 0
         return "ok", done
 
-    async def _replay_range(self, name: str, events: list[dict], next_accept: list[int],
-                            lo: int, hi: int) -> tuple[str, int]:
-        """Replay ``events[lo:hi]`` in order. A range the database rejects for
-        good is split in halves until the rejected event stands alone, which
-        is quarantined; every other event is committed, in order. Events that
-        could never be stored (an older version did not check them) go to the
-        quarantine without a round trip. An event behind a peer's earlier
-        spooled push to its partition stops the range (``waiting``): this
-        broker's own order is kept. Returns ``(outcome, committed)``: ``ok``,
-        ``waiting``, ``transient`` or ``permanent`` (the quarantine cannot be
-        written); ``self._progress`` says how far the file is settled."""
+    async def _replay_indexes(self, name: str, events: list[dict], next_accept: list[int],
+                              indexes: list[int], blocked: set[tuple[str, str]]) -> tuple[str, int]:
+        """Replay the events at ``indexes`` (file order). A batch the database
+        rejects for good is split in halves until the rejected event stands
+        alone, which is quarantined; every other event is committed, in order.
+        Events that could never be stored (an older version did not check
+        them) go to the quarantine without a round trip. An event behind a
+        peer's earlier spooled push to its partition waits, and so do its
+        partition's later events (added to ``blocked``); other partitions go
+        on. Returns ``(outcome, committed)``: ``ok``, ``transient`` or
+        ``permanent`` (the quarantine cannot be written)."""
         committed = 0
-        todo: list[tuple[int, int]] = [(lo, hi)]  # a stack: the leftmost range on top
+        todo: list[list[int]] = [indexes]  # a stack: the earliest events on top
         while todo:
-            a, b = todo.pop()
-            if b == _INVALID:  # set aside without a round trip
-                reason, error = "invalid", event_problem(events[a]) or "invalid event"
-            else:
-                k = next((k for k in range(a, b) if event_problem(events[k]) is not None), None)
-                if k is not None:  # split around it: [a, k) first, then k, then (k, b)
-                    if k + 1 < b:
-                        todo.append((k + 1, b))
-                    todo.append((k, _INVALID))
-                    if a < k:
-                        todo.append((a, k))
-                    continue
-                try:
-                    results = await self._replay(events[a:b], next_accept[a:b])
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    if self._transient(exc):
-                        self._progress[name] = a
-                        self._transient_failure(name, exc)
-                        return "transient", committed
-                    if b - a > 1:
-                        mid = (a + b) // 2
-                        todo.append((mid, b))
-                        todo.append((a, mid))
-                        continue
-                    reason, error = "rejected", _describe(exc)
-                else:
-                    waiting = self._merge_outcome(events, next_accept, a, b, results)
-                    if waiting is not None:
-                        committed += waiting - a
-                        self.replayed_events += waiting - a
-                        self._settle_chunk(name, a, events[a:waiting])
-                        self._progress[name] = waiting
-                        return "waiting", committed
-                    committed += b - a
-                    self.replayed_events += b - a
-                    reason = None
-            if reason is not None:
-                b = a + 1
-                if not await self._quarantine_event(name, a, events[a], reason, error):
-                    self._progress[name] = a
+            part = [k for k in todo.pop() if event_pair(events[k]) not in blocked]
+            if not part:
+                continue
+            bad = next((n for n, k in enumerate(part) if event_problem(events[k]) is not None),
+                       None)
+            if bad is not None and len(part) > 1:  # before it, it alone, after it
+                for piece in (part[bad + 1:], part[bad:bad + 1], part[:bad]):
+                    if piece:
+                        todo.append(piece)
+                continue
+            if bad is not None:  # set aside without a round trip
+                k = part[0]
+                if not await self._quarantine_event(name, k, events[k], "invalid",
+                                                    event_problem(events[k]) or "invalid event"):
                     return "permanent", committed
-            # Settled (committed or set aside): these events no longer hold their partitions back.
-            self._settle_chunk(name, a, events[a:b])
-            self._progress[name] = b
-        self.waiting_for = None
+                self._settle(name, events, [k])
+                continue
+            try:
+                results = await self._replay([events[k] for k in part],
+                                             [next_accept[k] for k in part])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._transient(exc):
+                    self._transient_failure(name, exc)
+                    return "transient", committed
+                if len(part) > 1:
+                    mid = len(part) // 2
+                    todo.append(part[mid:])
+                    todo.append(part[:mid])
+                    continue
+                k = part[0]
+                if not await self._quarantine_event(name, k, events[k], "rejected",
+                                                    _describe(exc)):
+                    return "permanent", committed
+                self._settle(name, events, [k])
+                continue
+            settled = self._merge_outcome(events, next_accept, part, results, blocked)
+            committed += len(settled)
+            self.replayed_events += len(settled)
+            self._settle(name, events, settled)
         return "ok", committed
 
-    def _merge_outcome(self, events: list[dict], next_accept: list[int], a: int, b: int,
-                       results: Any) -> int | None:
-        """Read one replayed range's results: count order exceptions, note what
-        PostgreSQL now lists for us, and return the index of the first event
-        that waits for a peer (None: all committed)."""
-        waiting = None
-        for j, row in enumerate(results or ()):
-            if row["status"] == "waiting":
-                waiting = a + j
-                peer = row["peer"]
-                if peer and peer != self.waiting_for:
-                    queue, partition = event_pair(events[a + j])
-                    logger.info("spool: waiting for {}'s earlier spooled pushes to {}/{}",
-                                peer, queue, partition)
-                self.waiting_for = peer or self.waiting_for
-                break
-            if row["late"]:
-                self._order_exception(events[a + j])
-        for k in range(a, waiting if waiting is not None else b):
+    def _merge_outcome(self, events: list[dict], next_accept: list[int], part: list[int],
+                       results: Any, blocked: set[tuple[str, str]]) -> list[int]:
+        """Read one replayed batch's results: count order exceptions, note what
+        PostgreSQL now lists for us, block the partitions that wait for a peer,
+        and return the indexes that were committed (or found duplicate)."""
+        settled = []
+        rows = list(results) if results is not None else [None] * len(part)
+        for k, row in zip(part, rows):
             pair = event_pair(events[k])
+            if row is not None and row["status"] == "waiting":
+                if pair not in blocked and row["peer"] and row["peer"] != self.waiting_for:
+                    logger.info("spool: waiting for {}'s earlier spooled pushes to {}/{}",
+                                row["peer"], pair[0], pair[1])
+                    self.waiting_for = row["peer"]
+                blocked.add(pair)
+                continue
+            if row is not None and row["late"]:
+                self._order_exception(events[k])
             if pair in self._registered:  # the replay moved our row on to this
                 self._registered[pair] = next_accept[k]
-        return waiting
+            settled.append(k)
+        return settled
 
     def _order_exception(self, event: Mapping[str, Any]) -> None:
         pair = event_pair(event)
@@ -946,21 +959,25 @@ class Spool(AsyncioActor):
         self._raw_quarantined.add(name)
         logger.error("spool: {} unparseable record(s) of {} quarantined", len(bad), name)
 
-    def _settle_chunk(self, name: str, start: int, chunk: list[dict]) -> None:
-        """Take the settled chunk ``events[start:start + len(chunk)]`` off the
-        backlog. Events settled before (a chunk replayed twice) subtract
-        nothing, nor do events the file never counted (a file that reappeared
-        after its replay, a push whose failed write could not be cut off)."""
-        settled = self._settled.get(name, 0)
-        end = start + len(chunk)
+    def _settle(self, name: str, events: list[dict], indexes: list[int]) -> None:
+        """The events at ``indexes`` are settled (committed or set aside): take
+        them off the backlog and move the file's progress on. Events settled
+        before (a batch replayed twice) subtract nothing, nor do events the
+        file never counted (a file that reappeared after its replay, a push
+        whose failed write could not be cut off)."""
+        done = self._done.setdefault(name, set())
+        fresh = [k for k in indexes if k not in done]
+        done.update(fresh)
+        progress = self._progress.get(name, 0)
+        while progress in done:
+            progress += 1
+        self._progress[name] = progress
         left = self._file_pairs.get(name)
-        if end <= settled or not left:
-            self._settled[name] = max(settled, end)
+        if not left or not fresh:
             return
-        self._settled[name] = end
-        fresh = chunk[max(0, settled - start):]
         gone: dict[tuple[str, str], int] = {}
-        for pair, n in Counter(event_pair(e) for e in fresh if isinstance(e, Mapping)).items():
+        for pair, n in Counter(event_pair(events[k]) for k in fresh
+                               if isinstance(events[k], Mapping)).items():
             have = left.get(pair, 0)
             k = min(have, n)
             if k <= 0:
@@ -1019,7 +1036,7 @@ class Spool(AsyncioActor):
         n = self._file_events.pop(name, fallback)
         self._pending = max(0, self._pending - n)
         self._bytes = max(0, self._bytes - self._file_bytes.pop(name, 0))
-        self._settled.pop(name, None)
+        self._done.pop(name, None)
         self._raw_quarantined.discard(name)
         self._file_first.pop(name, None)
         if self._draining is not None and self._draining[0] == name:
@@ -1110,7 +1127,7 @@ class Spool(AsyncioActor):
 
 # -- blocking helpers (run in a thread) ----------------------------------------------
 
-_INVALID = -1  # a range's end marking "quarantine this one event, no round trip"
+_WAITING_RETRY_S = 0.01  # a file waiting for a peer's spool is looked at again this soon
 
 
 def _describe(exc: BaseException) -> str:

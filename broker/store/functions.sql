@@ -170,12 +170,13 @@ $$;
 -- as holding those partitions from the item's accept time on, in the same
 -- transaction, so nobody can commit past them before the spool drains.
 --
--- Replay (p_replay true): the longest prefix of the items is inserted in
--- which no item has a live other broker's pending push for its partition that
--- was accepted earlier (by (accept time, server id)); the rest answer
--- 'waiting' (peer = who is waited for). For every partition of the inserted
--- prefix this broker's row moves on to p_next of its last item: the accept
--- time of its next spooled push to that partition, or a lower bound of it.
+-- Replay (p_replay true): per partition, the items up to the first one that a
+-- live other broker's pending push for that partition precedes (by (accept
+-- time, server id)) are inserted; that one and the partition's later items
+-- answer 'waiting' (peer = who is waited for, on the first). Other
+-- partitions' items are not held up. For every partition with inserted items
+-- this broker's row moves on to p_next of the last of them: the accept time
+-- of its next spooled push to that partition, or a lower bound of it.
 --
 -- late: the item's accept time is older than the latest accepted push
 -- already committed to its partition (an order exception: a peer taken for
@@ -191,7 +192,6 @@ RETURNS TABLE (idx integer, message_id uuid, partition_id uuid, status text, lat
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    v_stop integer;     -- replay: the first item that waits; NULL = none waits
     v_backlog boolean;
     v_blocked integer[];  -- items not inserted (held or waiting) ...
     v_peers text[];       -- ... and whom each is held or waiting for
@@ -239,13 +239,17 @@ BEGIN
                                ORDER BY b.oldest_accept_us LIMIT 1) AS peer
                   FROM unnest(p_idx, p_queue, p_partition, p_accept) AS y(i, qn, pn, acc)) x
             WHERE x.peer IS NOT NULL;
-            v_stop := v_blocked[1];
-            IF v_stop IS NOT NULL THEN
-                -- everything from the first blocked item on waits (this broker's order)
-                SELECT array_agg(y.i ORDER BY y.i),
-                       array_agg(CASE WHEN y.i = v_stop THEN v_peers[1] END ORDER BY y.i)
+            IF v_blocked IS NOT NULL THEN
+                -- From a partition's first blocked item on, its later items wait too
+                -- (this broker's own order); other partitions' items go ahead.
+                SELECT array_agg(z.i ORDER BY z.i), array_agg(z.peer ORDER BY z.i)
                 INTO v_blocked, v_peers
-                FROM unnest(p_idx) AS y(i) WHERE y.i >= v_stop;
+                FROM (SELECT y.i, p.peer,
+                             bool_or(p.peer IS NOT NULL)
+                                 OVER (PARTITION BY y.qn, y.pn ORDER BY y.i) AS behind
+                      FROM unnest(p_idx, p_queue, p_partition) AS y(i, qn, pn)
+                      LEFT JOIN unnest(v_blocked, v_peers) AS p(i, peer) ON p.i = y.i) z
+                WHERE z.behind;
             END IF;
         ELSE
             SELECT array_agg(x.i ORDER BY x.i), array_agg(x.peer ORDER BY x.i)
@@ -278,7 +282,7 @@ BEGIN
         SET oldest_accept_us = n.nxt
         FROM (SELECT DISTINCT ON (x.qn, x.pn) x.qn, x.pn, x.nxt
               FROM unnest(p_idx, p_queue, p_partition, p_next) AS x(i, qn, pn, nxt)
-              WHERE v_stop IS NULL OR x.i < v_stop
+              WHERE x.i <> ALL(v_blocked)
               ORDER BY x.qn, x.pn, x.i DESC) n
         WHERE b.server_id = p_server AND b.queue_name = n.qn AND b.partition_name = n.pn;
     END IF;
