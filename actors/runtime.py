@@ -25,7 +25,9 @@ import asyncio
 import inspect
 import logging
 import sys
-from typing import TYPE_CHECKING, Any, Generator, TypeVar
+from collections.abc import Awaitable, Generator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pykka
 from pykka import ActorDeadError, ActorRegistry, messages
@@ -156,7 +158,7 @@ class AsyncioFuture(pykka.Future[T]):
             except ResultNotReadyError as not_ready:
                 try:
                     yield from not_ready.future.__await__()
-                except Exception:  # noqa: BLE001, S110
+                except Exception:
                     pass  # the hook sees (and may handle) it when rerun
 
     __iter__ = __await__
@@ -213,8 +215,24 @@ class AsyncioActor(pykka.Actor):
     def _create_future() -> AsyncioFuture[Any]:
         return AsyncioFuture()
 
+    # pykka types these hooks as returning None; here they may also be coroutine functions,
+    # whose coroutine the actor's task awaits. The no-op bodies are pykka's.
+    def on_start(self) -> Awaitable[None] | None:  # type: ignore[override]
+        return None
+
+    def on_stop(self) -> Awaitable[None] | None:  # type: ignore[override]
+        return None
+
+    def on_failure(  # type: ignore[override]
+        self,
+        exception_type: type[BaseException] | None,
+        exception_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> Awaitable[None] | None:
+        return None
+
     def _start_actor_loop(self) -> None:
-        global _default_loop  # noqa: PLW0603
+        global _default_loop
         loop = _running_loop()
         if loop is None:
             # Actor.start() registered us already; undo that before failing.
@@ -243,7 +261,7 @@ class AsyncioActor(pykka.Actor):
     async def _run_setup(self) -> None:
         try:
             await _maybe_await(self.on_start())
-        except Exception:  # noqa: BLE001
+        except Exception:
             self._handle_failure(*sys.exc_info())
 
     async def _run_messages(self) -> None:
@@ -265,7 +283,7 @@ class AsyncioActor(pykka.Actor):
                     self._handle_failure(*sys.exc_info())
                     try:
                         await _maybe_await(self.on_failure(*sys.exc_info()))
-                    except Exception:  # noqa: BLE001
+                    except Exception:
                         self._handle_failure(*sys.exc_info())
             except BaseException:
                 # Cancelled mid-message: the asker must not wait forever.
@@ -277,7 +295,7 @@ class AsyncioActor(pykka.Actor):
                 raise
 
     async def _handle_receive_async(self, message: Any) -> Any:
-        if isinstance(message, messages._ActorStop):  # noqa: SLF001
+        if isinstance(message, messages._ActorStop):
             await self._stop_async()
             return None
         return await _maybe_await(self._handle_receive(message))
@@ -289,7 +307,7 @@ class AsyncioActor(pykka.Actor):
         logger.debug(f"Stopped {self}")
         try:
             await _maybe_await(self.on_stop())
-        except Exception:  # noqa: BLE001
+        except Exception:
             self._handle_failure(*sys.exc_info())
 
 

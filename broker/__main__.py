@@ -126,7 +126,7 @@ async def wait_for_database(dsn: str, address: str, variables: str, *, wait_ms: 
     while True:
         try:
             conn = await asyncpg.connect(dsn, timeout=connect_timeout_ms / 1000)
-        except Exception as exc:  # noqa: BLE001 - every failure becomes one line
+        except Exception as exc:  # every failure becomes one line
             reason = f"{exc.__class__.__name__}: {exc}".strip()
             if not _is_retryable(exc):
                 raise StartupError(f"PostgreSQL at {address} refused the connection ({reason}); "
