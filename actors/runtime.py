@@ -17,19 +17,23 @@ actor's state is never touched by two messages at once.
 Blocking calls (`ask(block=True)`, `stop(block=True)`, `future.get()` on a
 pending future) only work from threads other than the loop's; from the loop
 they raise `RuntimeError` instead of deadlocking.
+
+This module logs with loguru, like the rest of the broker. pykka's own code
+(actor start, unhandled failures) logs to the stdlib "pykka" logger, which the
+broker routes into loguru (`setup_logging` in broker/__main__.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import sys
 from collections.abc import Awaitable, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pykka
+from loguru import logger
 from pykka import ActorDeadError, ActorRegistry, messages
 from pykka._future import _Unset  # the "no get-hook result yet" marker of pykka.Future
 
@@ -40,8 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["AsyncioActor", "AsyncioFuture", "ResultNotReadyError", "stop_all"]
 
 T = TypeVar("T")
-
-logger = logging.getLogger("pykka")
 
 # The loop of the most recently started actor. Futures created outside any
 # running loop (an `ask` from a worker thread) are bound to it, because that is
@@ -274,10 +276,11 @@ class AsyncioActor(pykka.Actor):
                     envelope.reply_to.set(response)
             except Exception:
                 if envelope.reply_to is not None:
-                    logger.info(
-                        f"Exception returned from {self} to caller:",
-                        exc_info=sys.exc_info(),
-                    )
+                    # The asker gets the exception and decides what it means. pykka logs
+                    # this at INFO; at the broker's default INFO that would be a traceback
+                    # for every failed ask a caller already handles, so: DEBUG.
+                    logger.opt(exception=True).debug("Exception returned from {} to caller:",
+                                                     self)
                     envelope.reply_to.set_exception()
                 else:
                     self._handle_failure(*sys.exc_info())
@@ -304,7 +307,7 @@ class AsyncioActor(pykka.Actor):
         # pykka.Actor._stop, with an on_stop that may be a coroutine.
         ActorRegistry.unregister(self.actor_ref)
         self.actor_stopped.set()
-        logger.debug(f"Stopped {self}")
+        logger.debug("Stopped {}", self)
         try:
             await _maybe_await(self.on_stop())
         except Exception:
