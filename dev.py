@@ -2,14 +2,16 @@
 """Bootstrap and run, on a machine that has nothing but python3.
 
     python3 dev.py run      # start the broker (embedded PostgreSQL, 127.0.0.1:6632)
-    python3 dev.py test     # run the whole test suite
+    python3 dev.py test     # ruff, mypy, then the whole test suite
     python3 dev.py bench    # run the load benchmarks in benchmarks/
     python3 dev.py micro    # pytest-benchmark micro benchmarks of in-process hot paths
     python3 dev.py ha       # an HA pair (or --brokers 3) on loopback, see compose/local_ha.py
 
 Each command first makes sure ./.venv exists and holds this project (and, for
 test and bench, its test dependencies). Extra arguments are passed on
-(to queen-broker, pytest or the benchmark script).
+(to queen-broker, pytest or the benchmark script). `test` runs `ruff check` over the
+project and `mypy` (on the files listed in pyproject.toml's [tool.mypy]) first, and stops
+with their exit code if either fails, so CI enforces them.
 """
 from __future__ import annotations
 
@@ -43,6 +45,18 @@ def ensure_venv(extras: str) -> None:
     stamp.write_text(digest)
 
 
+def lint() -> int:
+    """ruff, then mypy, as configured in pyproject.toml: 0 when both pass."""
+    for tool, *args in (("ruff", "check", "."), ("mypy",)):
+        print(f"dev.py: {' '.join((tool, *args))}", flush=True)
+        code = subprocess.run([str(BIN / tool), *args], cwd=ROOT).returncode
+        if code != 0:
+            print(f"dev.py: {tool} failed (exit {code}); the tests did not run",
+                  file=sys.stderr, flush=True)
+            return code
+    return 0
+
+
 def main() -> int:
     if len(sys.argv) < 2 or sys.argv[1] not in ("run", "test", "bench", "micro", "ha"):
         print(__doc__, file=sys.stderr)
@@ -53,6 +67,9 @@ def main() -> int:
         argv = [str(BIN / "queen-broker"), *rest]
     elif command == "test":
         ensure_venv("test")
+        code = lint()
+        if code != 0:
+            return code
         argv = [str(BIN / "python"), "-m", "pytest", *rest]
     elif command == "micro":
         ensure_venv("test")

@@ -16,7 +16,8 @@ make the N-th caller wait N timeouts before it can fall back to the spool.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from loguru import logger
 
@@ -64,7 +65,8 @@ class Batcher(AsyncioActor):
 
     def _maybe_flush(self) -> None:
         while self._pending and self._in_flight < self._max_concurrent:
-            group, count = [], 0
+            group: list[tuple[Sequence[Any], asyncio.Future]] = []
+            count = 0
             while self._pending and (not group or count + len(self._pending[0][0]) <= self._max_items):
                 items, future = self._pending.pop(0)
                 group.append((items, future))

@@ -22,7 +22,8 @@ lasting.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from loguru import logger
 
@@ -99,14 +100,16 @@ class Hints:
 
     async def _flush_dirty(self) -> None:
         # Coalesced: a partition pushed a thousand times within one window costs one hint.
+        hotlist, mesh = self._hotlist, self.mesh
+        assert hotlist is not None and mesh is not None  # see start_dirty_flusher
         while True:
             await asyncio.sleep(DIRTY_FLUSH_INTERVAL_S)
             try:
-                dirty = await self._hotlist.drain_dirty(DIRTY_BATCH_MAX)
+                dirty = await hotlist.drain_dirty(DIRTY_BATCH_MAX)
             except Exception:  # the hot-list stopped (shutdown)
                 return
             if dirty:
-                self.mesh.broadcast(frames.HOTLIST_DIRTY_BATCH,
+                mesh.broadcast(frames.HOTLIST_DIRTY_BATCH,
                                     {"items": [{"queue": q, "partition": p} for q, p in dirty]})
 
     # -- receiving ----------------------------------------------------------
@@ -133,13 +136,14 @@ class Hints:
         else:
             logger.debug("mesh: ignoring frame type {} from {}", kind, sender)
 
-    def _wake(self, pairs: list[tuple[str, str]]) -> None:
+    def _wake(self, pairs: list[tuple[str, str | None]]) -> None:
         if pairs:
             self.remote_wakes.offer(pairs)
 
 
-def _pairs(items: Iterable[Any] | None) -> list[tuple[str, str]]:
-    """(queue, partition) pairs of a hint; items without a queue name are skipped."""
+def _pairs(items: Iterable[Any] | None) -> list[tuple[str, str | None]]:
+    """(queue, partition) pairs of a hint (partition None: any partition of the
+    queue); items without a queue name are skipped."""
     out = []
     for item in items or ():
         if not isinstance(item, dict):

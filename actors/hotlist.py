@@ -290,9 +290,9 @@ class HotList:
         Entries no longer INFLIGHT (a mark, promotion or reseed got there
         first) are left alone. Returns True if any entry went back to READY.
         """
-        for verdict in verdicts:
-            if verdict[2] not in _VERDICTS:
-                raise ValueError(f"unknown hot-list verdict {verdict[2]!r}")
+        for taken in verdicts:
+            if taken[2] not in _VERDICTS:
+                raise ValueError(f"unknown hot-list verdict {taken[2]!r}")
         ring = self._rings.get(queue, {}).get(group)
         if ring is None:
             return False  # queue forgotten meanwhile

@@ -36,8 +36,9 @@ import os
 import socket
 import time
 from collections import Counter
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 import psutil
 from loguru import logger
@@ -99,7 +100,7 @@ class PeriodicJob(AsyncioActor):
         self._task = asyncio.get_running_loop().create_task(self._loop(),
                                                             name=f"job-{self.job_name}")
 
-    async def on_stop(self) -> None:
+    async def on_stop(self) -> None:  # type: ignore[override]  # see AsyncioActor.on_stop
         await self._cancel(self._task)
 
     @staticmethod
@@ -264,7 +265,7 @@ class RetentionJob(PeriodicJob):
             try:
                 released = await asyncio.wait_for(
                     conn.fetchval(sql.SESSION_UNLOCK, sql.RETENTION_LOCK_ID), UNLOCK_TIMEOUT_S)
-            except BaseException as exc:  # noqa: BLE001 - cancellation included
+            except BaseException as exc:  # cancellation included
                 self.connections_discarded += 1
                 logger.warning("retention: pg_advisory_unlock({}) failed ({}: {}); "
                                "terminating the connection", sql.RETENTION_LOCK_ID,
@@ -283,7 +284,7 @@ class RetentionJob(PeriodicJob):
             return
         try:
             await self._store.pool.release(conn)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             logger.warning("retention: could not return the connection ({}); terminating it", exc)
             await self._discard(conn)
 
@@ -294,8 +295,8 @@ class RetentionJob(PeriodicJob):
         released to the pool."""
         try:
             conn.terminate()
-        except Exception:  # noqa: BLE001, S110 - already gone
-            pass
+        except Exception:
+            pass  # already gone
 
     def _describe(self, result: dict) -> str:
         d = result["deleted"]
@@ -431,12 +432,12 @@ class MetricsCollector(PeriodicJob):
         self._lag_task = asyncio.get_running_loop().create_task(self._sample_lag(),
                                                                 name="job-metrics-lag")
 
-    async def on_stop(self) -> None:
+    async def on_stop(self) -> None:  # type: ignore[override]  # see AsyncioActor.on_stop
         await self._cancel(self._lag_task)
         await super().on_stop()
         try:  # the counters since the last flush, best effort
             await asyncio.wait_for(self._cycle(), STOP_FLUSH_TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             logger.debug("metrics: last flush at stop failed: {}", exc)
 
     async def _sample_lag(self) -> None:
@@ -452,12 +453,12 @@ class MetricsCollector(PeriodicJob):
     def _read_gauges(self) -> dict:
         try:
             return dict(self._gauges() or {})
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             logger.debug("metrics: gauges unavailable: {}", exc)
             return {}
 
     async def _cycle(self, **_options: Any) -> dict:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         bucket = now.replace(second=0, microsecond=0)
         samples = self._samples + 1 if bucket == self._bucket else 1
         g = self._read_gauges()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pykka import ActorDeadError, ActorRef
 from pykka.messages import ProxyCall
@@ -146,7 +146,9 @@ class PopWaiterRegistry(AsyncioActor):
 def _call(ref: ActorRef[Any], method: str, *args: Any) -> AsyncioFuture[Any]:
     # A ProxyCall straight to the inbox: building an ActorProxy would
     # introspect the actor on every long poll.
-    return ref.ask(ProxyCall(attr_path=(method,), args=args, kwargs={}), block=False)
+    # An AsyncioActor's inbox answers with an AsyncioFuture (see actors/runtime.py).
+    return cast(AsyncioFuture[Any],
+                ref.ask(ProxyCall(attr_path=(method,), args=args, kwargs={}), block=False))
 
 
 def _tell(ref: ActorRef[Any], method: str, *args: Any) -> None:

@@ -14,8 +14,9 @@ broker too, so a lost invalidation or flip heals within one interval.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any
 
 from loguru import logger
 
@@ -104,7 +105,7 @@ class CacheReconciler(AsyncioActor):
     def on_start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="reconcile")
 
-    async def on_stop(self) -> None:
+    async def on_stop(self) -> None:  # type: ignore[override]  # see AsyncioActor.on_stop
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

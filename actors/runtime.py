@@ -17,17 +17,23 @@ actor's state is never touched by two messages at once.
 Blocking calls (`ask(block=True)`, `stop(block=True)`, `future.get()` on a
 pending future) only work from threads other than the loop's; from the loop
 they raise `RuntimeError` instead of deadlocking.
+
+This module logs with loguru, like the rest of the broker. pykka's own code
+(actor start, unhandled failures) logs to the stdlib "pykka" logger, which the
+broker routes into loguru (`setup_logging` in broker/__main__.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import sys
-from typing import TYPE_CHECKING, Any, Generator, TypeVar
+from collections.abc import Awaitable, Generator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pykka
+from loguru import logger
 from pykka import ActorDeadError, ActorRegistry, messages
 from pykka._future import _Unset  # the "no get-hook result yet" marker of pykka.Future
 
@@ -38,8 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["AsyncioActor", "AsyncioFuture", "ResultNotReadyError", "stop_all"]
 
 T = TypeVar("T")
-
-logger = logging.getLogger("pykka")
 
 # The loop of the most recently started actor. Futures created outside any
 # running loop (an `ask` from a worker thread) are bound to it, because that is
@@ -156,7 +160,7 @@ class AsyncioFuture(pykka.Future[T]):
             except ResultNotReadyError as not_ready:
                 try:
                     yield from not_ready.future.__await__()
-                except Exception:  # noqa: BLE001, S110
+                except Exception:
                     pass  # the hook sees (and may handle) it when rerun
 
     __iter__ = __await__
@@ -213,8 +217,24 @@ class AsyncioActor(pykka.Actor):
     def _create_future() -> AsyncioFuture[Any]:
         return AsyncioFuture()
 
+    # pykka types these hooks as returning None; here they may also be coroutine functions,
+    # whose coroutine the actor's task awaits. The no-op bodies are pykka's.
+    def on_start(self) -> Awaitable[None] | None:  # type: ignore[override]
+        return None
+
+    def on_stop(self) -> Awaitable[None] | None:  # type: ignore[override]
+        return None
+
+    def on_failure(  # type: ignore[override]
+        self,
+        exception_type: type[BaseException] | None,
+        exception_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> Awaitable[None] | None:
+        return None
+
     def _start_actor_loop(self) -> None:
-        global _default_loop  # noqa: PLW0603
+        global _default_loop
         loop = _running_loop()
         if loop is None:
             # Actor.start() registered us already; undo that before failing.
@@ -243,7 +263,7 @@ class AsyncioActor(pykka.Actor):
     async def _run_setup(self) -> None:
         try:
             await _maybe_await(self.on_start())
-        except Exception:  # noqa: BLE001
+        except Exception:
             self._handle_failure(*sys.exc_info())
 
     async def _run_messages(self) -> None:
@@ -256,16 +276,17 @@ class AsyncioActor(pykka.Actor):
                     envelope.reply_to.set(response)
             except Exception:
                 if envelope.reply_to is not None:
-                    logger.info(
-                        f"Exception returned from {self} to caller:",
-                        exc_info=sys.exc_info(),
-                    )
+                    # The asker gets the exception and decides what it means. pykka logs
+                    # this at INFO; at the broker's default INFO that would be a traceback
+                    # for every failed ask a caller already handles, so: DEBUG.
+                    logger.opt(exception=True).debug("Exception returned from {} to caller:",
+                                                     self)
                     envelope.reply_to.set_exception()
                 else:
                     self._handle_failure(*sys.exc_info())
                     try:
                         await _maybe_await(self.on_failure(*sys.exc_info()))
-                    except Exception:  # noqa: BLE001
+                    except Exception:
                         self._handle_failure(*sys.exc_info())
             except BaseException:
                 # Cancelled mid-message: the asker must not wait forever.
@@ -277,7 +298,7 @@ class AsyncioActor(pykka.Actor):
                 raise
 
     async def _handle_receive_async(self, message: Any) -> Any:
-        if isinstance(message, messages._ActorStop):  # noqa: SLF001
+        if isinstance(message, messages._ActorStop):
             await self._stop_async()
             return None
         return await _maybe_await(self._handle_receive(message))
@@ -286,10 +307,10 @@ class AsyncioActor(pykka.Actor):
         # pykka.Actor._stop, with an on_stop that may be a coroutine.
         ActorRegistry.unregister(self.actor_ref)
         self.actor_stopped.set()
-        logger.debug(f"Stopped {self}")
+        logger.debug("Stopped {}", self)
         try:
             await _maybe_await(self.on_stop())
-        except Exception:  # noqa: BLE001
+        except Exception:
             self._handle_failure(*sys.exc_info())
 
 

@@ -55,8 +55,9 @@ import re
 import struct
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import Any, cast
 
 import ujson
 from loguru import logger
@@ -145,7 +146,9 @@ def read_records(path: Path, keep_bad: bool = False):
 
 def event_pair(event: Mapping[str, Any]) -> tuple[str, str]:
     """The (queue, partition) of a spool event; partition defaults like the records."""
-    return event.get("queue"), event.get("partition") or "Default"
+    # Typed as the push validated it before spooling; an event of a damaged file that lacks
+    # its queue pairs as (None, ...) and fails at its replay, not here.
+    return cast(str, event.get("queue")), event.get("partition") or "Default"
 
 
 def tally_records(path: Path) -> tuple[int, Counter, dict]:
@@ -352,7 +355,7 @@ class Spool(AsyncioActor):
                     self.directory, self._pending, self.backlog.partitions(),
                     round(self._max_bytes / (1 << 20)), ", paused" if self._paused else "")
 
-    async def on_stop(self) -> None:
+    async def on_stop(self) -> None:  # type: ignore[override]  # see AsyncioActor.on_stop
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -393,6 +396,7 @@ class Spool(AsyncioActor):
         leftover ``.tmp`` files are finalized (nothing is deleted unreplayed)."""
         for path in self._listdir():
             m = _NAME.match(path.name)
+            assert m is not None  # _listdir() lists only the names _NAME matches
             self._last_name = max(self._last_name, (int(m[1]), int(m[2])))
         for path in self._listdir():
             if path.suffix == ".tmp" and path != self._active:
@@ -479,6 +483,7 @@ class Spool(AsyncioActor):
         if self._fd is None:
             self._open_new()
         fd, before = self._fd, self._active_size
+        assert fd is not None  # _open_new() opened it
         view, done = memoryview(data), 0
         try:
             while done < len(data):
@@ -491,6 +496,7 @@ class Spool(AsyncioActor):
     def _rollback(self, size: int) -> None:
         """Cut a half-written push off the active file again."""
         self._rollback_failed = False
+        assert self._fd is not None  # only _write() rolls back, with the active file open
         try:
             _os_ftruncate(self._fd, size)
         except OSError as exc:
@@ -526,6 +532,7 @@ class Spool(AsyncioActor):
             return False
         fd, path, events, pairs = self._fd, self._active, self._active_events, self._active_pairs
         size, firsts = self._active_size, self._active_first
+        assert path is not None  # _open_new() sets the path with the descriptor
         self._fd, self._active, self._active_events, self._active_size = None, None, 0, 0
         self._active_pairs, self._active_first = Counter(), {}
         await asyncio.to_thread(_sync_and_close, fd, path, events > 0)
@@ -638,7 +645,7 @@ class Spool(AsyncioActor):
                         break
         try:
             await asyncio.wait_for(run(), self._recover_limit_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             logger.warning("spool: recovery stopped after {} s; the drain continues", self._recover_limit_s)
         return replayed
 
@@ -663,7 +670,7 @@ class Spool(AsyncioActor):
             if delay > 0 and not self._wake.is_set():
                 try:
                     await asyncio.wait_for(self._wake.wait(), delay)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             started = loop.time()
             self._wake.clear()
@@ -1181,7 +1188,8 @@ def _dir_usage(directory: Path) -> tuple[int, int]:
 
 
 def _summary(entry: Mapping[str, Any]) -> dict:
-    event = entry.get("event") if isinstance(entry.get("event"), Mapping) else {}
+    raw = entry.get("event")
+    event: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     return {"id": entry.get("id"), "reason": entry.get("reason"), "error": entry.get("error"),
             "quarantinedAt": entry.get("quarantinedAt"), "originFile": entry.get("originFile"),
             "index": entry.get("index"), "queue": event.get("queue"),

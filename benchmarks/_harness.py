@@ -188,7 +188,7 @@ class RawHTTPClient:
         self._sem = asyncio.Semaphore(max_connections)
         self._host_header = f"{self._host}:{self._port}".encode()
 
-    async def __aenter__(self) -> "RawHTTPClient":
+    async def __aenter__(self) -> RawHTTPClient:
         return self
 
     async def __aexit__(self, *exc) -> None:

@@ -463,7 +463,7 @@ class CycleWatch:
         for i, c in enumerate(self.clients):
             try:
                 j = (await c.get("/api/v1/system/jobs", timeout=10)).json()["stats"]
-            except Exception:  # noqa: BLE001
+            except Exception:
                 self.poll_errors += 1
                 continue
             self.last[i] = j
@@ -476,7 +476,7 @@ class CycleWatch:
             await self.poll_once()
             try:
                 await asyncio.wait_for(self._stop.wait(), 0.15)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def wait_for_cycle_after(self, t: float, timeout: float = 15.0) -> dict | None:

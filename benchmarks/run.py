@@ -30,8 +30,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -40,8 +41,7 @@ sys.path.insert(0, str(HERE.parent))
 import asyncpg  # noqa: E402
 import httpx  # noqa: E402
 
-from _harness import (Broker, Database, RawHTTPClient, start_brokers,  # noqa: E402
-                      start_database)
+from _harness import Broker, Database, RawHTTPClient, start_brokers, start_database  # noqa: E402
 
 BENCHMARKS = ("push", "pop", "wake", "wake_ha", "consume", "outage", "outage_ha")
 PAD = "x" * 64  # payload padding: ~100-byte JSON payloads
@@ -366,7 +366,7 @@ class Env:
         self.db: Database | None = None
         self.broker: Broker | None = None
 
-    def __enter__(self) -> "Env":
+    def __enter__(self) -> Env:
         t = time.perf_counter()
         self.db = start_database()
         try:
@@ -689,7 +689,7 @@ async def bench_wake_ha(args: argparse.Namespace, failures: list[str]) -> dict:
         result["cut_bound_ms"] = 1000 + 250
         result["cut_within_bound"] = c["max"] is not None and c["max"] < result["cut_bound_ms"]
     print()
-    headers = ["wake A->B, ms", f"mesh p50", "p95", "p99", "max",
+    headers = ["wake A->B, ms", "mesh p50", "p95", "p99", "max",
                "no mesh p50", "p95", "p99", "max"]
     rows = []
     for label, key in WAKE_ROWS:
@@ -730,7 +730,7 @@ async def push_statuses(client: RawHTTPClient, body: str, n: int, timeout: float
     try:
         r = await asyncio.wait_for(
             client.post("/api/v1/push", content=body, headers=JSON_HEADERS), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         # (the connection that timed out is dropped; the next push opens one)
         return ["timeout"] * n
     except (OSError, asyncio.IncompleteReadError, RuntimeError) as exc:
@@ -1430,14 +1430,14 @@ async def bench_consume(args: argparse.Namespace, failures: list[str]) -> dict:
             t_produced = time.perf_counter()
             try:
                 await asyncio.wait_for(all_in.wait(), timeout=args.max_seconds)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             # keep consuming a little: a duplicate delivered late still counts
             await asyncio.sleep(1.0)
             stop.set()
             try:
                 await asyncio.wait_for(consume_task, timeout=15)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 consume_task.cancel()
                 failures.append("consume: consumer did not stop within 15 s of the stop signal")
 

@@ -140,7 +140,7 @@ async def load(conn: asyncpg.Connection, messages: int, partitions: int) -> floa
         INSERT INTO queen.log_consumers (partition_id, consumer_group, cursor_seq)
         SELECT p.id, '__QUEUE_MODE__', (abs(hashtext(p.id::text)) % $1)
         FROM queen.partitions p""", per)
-    for i, group in enumerate(GROUPS):
+    for group in GROUPS:
         await conn.execute("""
             INSERT INTO queen.log_consumers (partition_id, consumer_group, cursor_seq)
             SELECT p.id, $2, (abs(hashtext(p.id::text || $2)) % $1)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
+import logging
 import os
 import socket
 import sys
@@ -48,11 +50,60 @@ def external_dsn(settings: Settings) -> str:
             f"{quote(settings.pg_db, safe='')}{ssl}")
 
 
+# The loggers Sanic(...) gives stream handlers of its own (sanic.logging.default), which would
+# print its lines ("Starting worker", "Worker ready", errors) in its own format to stdout.
+SANIC_LOGGERS = ("sanic.root", "sanic.error", "sanic.access", "sanic.server", "sanic.websockets")
+
+
+class InterceptHandler(logging.Handler):
+    """Hands every stdlib logging record (pykka, Sanic, asyncpg) to loguru, at its level and
+    with its caller's place, so the broker's lines have one format and one stream.
+
+    The recipe of loguru's documentation ("Entirely compatible with standard logging").
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            level: str | int = logger.level(record.levelname).name
+        except ValueError:
+            level = record.levelno
+        # The first frame outside the logging module is the one that logged.
+        frame, depth = inspect.currentframe(), 0
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            is_logging = filename == logging.__file__
+            is_frozen = "importlib" in filename and "_bootstrap" in filename
+            if depth > 0 and not (is_logging or is_frozen):
+                break
+            frame = frame.f_back
+            depth += 1
+        # The message is already formatted: loguru formats only when given arguments, so
+        # braces in it (a JSON body, a repr) are left alone.
+        logger.opt(depth=depth, exception=record.exc_info).log(level, record.getMessage())
+
+
 def setup_logging(level: str) -> None:
+    """loguru to stderr at ``level``, and stdlib logging routed into it."""
     logger.remove()
     logger.add(sys.stderr, level=level,
                format="<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> <level>{level: <7}</level> "
                       "{message}")
+    # The root logger's level is loguru's (their numbers agree: DEBUG 10, INFO 20, ...), so
+    # records loguru would drop are not even made.
+    logging.basicConfig(handlers=[InterceptHandler()], level=logger.level(level.upper()).no,
+                        force=True)
+    route_sanic_logs()
+
+
+def route_sanic_logs() -> None:
+    """Take Sanic's own handlers off its loggers: their records then reach the root logger's
+    InterceptHandler. Sanic(...) installs them (dictConfig) when the app is created, so this
+    runs again once it is."""
+    for name in SANIC_LOGGERS:
+        sanic_logger = logging.getLogger(name)
+        for handler in list(sanic_logger.handlers):
+            sanic_logger.removeHandler(handler)
+        sanic_logger.propagate = True
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -126,7 +177,7 @@ async def wait_for_database(dsn: str, address: str, variables: str, *, wait_ms: 
     while True:
         try:
             conn = await asyncpg.connect(dsn, timeout=connect_timeout_ms / 1000)
-        except Exception as exc:  # noqa: BLE001 - every failure becomes one line
+        except Exception as exc:  # every failure becomes one line
             reason = f"{exc.__class__.__name__}: {exc}".strip()
             if not _is_retryable(exc):
                 raise StartupError(f"PostgreSQL at {address} refused the connection ({reason}); "
@@ -177,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             app = create_app(settings, dsn)
         except ConfigError as exc:  # e.g. unreadable JWT key material
             raise StartupError(f"configuration error: {exc}") from None
+        route_sanic_logs()
         # One process, one event loop: the actors live beside the handlers.
         app.run(sock=sock, single_process=True, access_log=False, motd=False)
     except StartupError as exc:

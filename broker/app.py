@@ -10,25 +10,33 @@ from sanic.exceptions import BadURL, MethodNotAllowed, NotFound, SanicException
 from sanic.response import HTTPResponse
 
 from actors.batcher import Batcher
-from actors.pop_waiters import PopWaiterRegistry
-from actors.hotlist import HotListActor
-from actors.mesh import Mesh, MeshTLS
 from actors.hints import Hints
+from actors.hotlist import HotListActor
+from actors.leader_jobs import start_jobs
+from actors.mesh import Mesh, MeshTLS
+from actors.pop_waiters import PopWaiterRegistry
 from actors.reconciler import CacheReconciler, MaintenanceFlags, QueueConfigCache
 from actors.runtime import stop_all
-from actors.leader_jobs import start_jobs
 from actors.spool import Spool
+from broker.auth import Authenticator
 from broker.config import Settings
 from broker.crypto import PayloadCipher
 from broker.http import CORS_HEADERS, error
-from broker.auth import Authenticator
 from broker.routes import ack, admin, ops, pop, push, quarantine, system
 from broker.service import push as push_service
 from broker.service.context import BrokerContext
 from broker.service.gauges import gauges
+from broker.store.db import (
+    PartitionHeld,
+    Store,
+    StoreBusy,
+    StoreConflict,
+    StoreError,
+    StoreInvalidValue,
+    StoreUnavailable,
+    fails_every_request,
+)
 from broker.telemetry import telemetry
-from broker.store.db import (PartitionHeld, Store, StoreBusy, StoreConflict, StoreError,
-                             StoreInvalidValue, StoreUnavailable, fails_every_request)
 from broker.wire import BadRequest
 
 

@@ -168,6 +168,7 @@ def load_public_key(pem: str) -> Any:
     ``\\n`` sequences, common when the PEM comes through an environment variable, are
     accepted. Raises ConfigError without echoing the value."""
     data = pem.strip().replace("\\n", "\n").encode()
+    key: Any
     try:
         if b"BEGIN CERTIFICATE" in data:
             key = x509.load_pem_x509_certificate(data).public_key()
@@ -298,6 +299,8 @@ class Authenticator:
                 raise ConfigError(f"JWT_ALGORITHM={self.algorithm} needs "
                                   f"{'an RSA' if wanted == 'RSA' else 'an Ed25519'} "
                                   f"JWT_PUBLIC_KEY")
+            if family is None:
+                raise ConfigError("JWT_PUBLIC_KEY must be an RSA or Ed25519 public key")
             self.pem_keys[family] = key
         self.jwks = (_Jwks(settings.jwt_jwks_url, settings.jwt_jwks_refresh_interval,
                            settings.jwt_jwks_timeout_ms / 1000)

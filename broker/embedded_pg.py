@@ -25,9 +25,8 @@ import signal
 import subprocess
 import tempfile
 import threading
-from pathlib import Path
-
 import warnings
+from pathlib import Path
 
 import fasteners
 import psutil

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import ujson
 
@@ -119,7 +120,7 @@ def check_payload(payload: Any, where: str) -> None:
             if not math.isfinite(value):
                 raise Invalid(at, f"is {value!r}: JSON payloads cannot hold NaN or Infinity")
         elif isinstance(value, dict):
-            for key, item in value.items():
+            for key in value:
                 if not isinstance(key, str):  # only from Python callers; JSON keys are strings
                     raise Invalid(at, f"has a non-string key {key!r}")
                 problem = text_problem(key)

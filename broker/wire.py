@@ -9,8 +9,9 @@ from __future__ import annotations
 import datetime as dt
 import math
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import uuid_utils
 
@@ -47,7 +48,7 @@ def _iso(ts: dt.datetime, timespec: str) -> str:
     if ts.tzinfo is None:
         return _STORED_INFINITY.get(ts) or ts.isoformat(timespec=timespec) + "Z"
     if ts.utcoffset():
-        ts = ts.astimezone(dt.timezone.utc)
+        ts = ts.astimezone(dt.UTC)
     # isoformat, not strftime: strftime writes year 1 as "1", not "0001".
     return ts.replace(tzinfo=None).isoformat(timespec=timespec) + "Z"
 
@@ -75,8 +76,8 @@ def is_uuid(value: Any) -> bool:
 # Timestamps a caller may send. The floor is the Unix epoch (no message is older, so an
 # earlier subscription start means the same as the epoch); the ceiling is a day below Python's
 # datetime.max, so converting any UTC offset and the routes' own arithmetic cannot overflow.
-EARLIEST_TIMESTAMP = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-LATEST_TIMESTAMP = dt.datetime(9999, 12, 31, tzinfo=dt.timezone.utc)
+EARLIEST_TIMESTAMP = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+LATEST_TIMESTAMP = dt.datetime(9999, 12, 31, tzinfo=dt.UTC)
 
 
 def parse_timestamp(value: str, name: str) -> dt.datetime:
@@ -89,15 +90,16 @@ def parse_timestamp(value: str, name: str) -> dt.datetime:
     except ValueError:
         raise BadRequest(f"{name} must be an ISO-8601 timestamp, got {value!r}") from None
     if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    utc: dt.datetime | None
     try:
-        parsed = parsed.astimezone(dt.timezone.utc)
+        utc = parsed.astimezone(dt.UTC)
     except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is in year 0
-        parsed = None
-    if parsed is None or not EARLIEST_TIMESTAMP <= parsed <= LATEST_TIMESTAMP:
+        utc = None
+    if utc is None or not EARLIEST_TIMESTAMP <= utc <= LATEST_TIMESTAMP:
         raise BadRequest(f"{name} must be between {iso_milli(EARLIEST_TIMESTAMP)} and "
                          f"{iso_milli(LATEST_TIMESTAMP)}, got {value!r}")
-    return parsed
+    return utc
 
 
 def _name(value: Any, message: str) -> str:

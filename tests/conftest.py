@@ -136,6 +136,26 @@ def broker(broker_factory) -> BrokerProcess:
     return broker_factory(QUEEN_ENCRYPTION_KEY="11" * 32)
 
 
+# The re-check timer of slow_timer_broker's parked pops: 8 s. A parked pop it answers much
+# sooner (see WAKE_BOUND_S) was answered by a wake, not by the timer.
+SLOW_TIMER_MS = 8000
+# How soon a woken pop must answer: a wake takes milliseconds, so 3 s leaves a loaded machine
+# a wide margin and stays far below the 8 s timer (a bound about correctness, not speed).
+WAKE_BOUND_S = 3.0
+
+
+@pytest.fixture(scope="session")
+def slow_timer_broker(broker_factory) -> BrokerProcess:
+    """A broker whose backoff timer alone would take SLOW_TIMER_MS to re-check a parked pop."""
+    return broker_factory(POP_WAIT_INITIAL_INTERVAL_MS=str(SLOW_TIMER_MS),
+                          POP_WAIT_MAX_INTERVAL_MS=str(SLOW_TIMER_MS))
+
+
+def parked_pops(url: str) -> int:
+    """Long polls parked on the broker at ``url`` right now (its /health says)."""
+    return httpx.get(url + "/health", timeout=5).json()["shared_state"]["parkedPops"]
+
+
 @pytest.fixture(scope="session")
 def base_url(broker) -> str:
     return broker.url

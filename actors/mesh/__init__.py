@@ -34,6 +34,7 @@ from loguru import logger
 from pykka import ActorRef
 
 from actors.mesh.frames import (
+    DEFAULT_MAX_FRAME_BYTES,
     HEARTBEAT,
     HELLO,
     HOTLIST_DIRTY_BATCH,
@@ -43,7 +44,6 @@ from actors.mesh.frames import (
     POP_MAINTENANCE_MODE_SET,
     QUEUE_CONFIG_DELETE,
     QUEUE_CONFIG_SET,
-    DEFAULT_MAX_FRAME_BYTES,
     SEALED_OVERHEAD,
     FrameError,
     encode_payload,

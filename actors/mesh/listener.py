@@ -197,7 +197,7 @@ class MeshListener(AsyncioActor):
     def stats(self) -> dict[str, Any]:
         return self.state.stats()
 
-    async def on_stop(self) -> None:
+    async def on_stop(self) -> None:  # type: ignore[override]  # see AsyncioActor.on_stop
         if self._server is not None:
             self._server.close()
         tasks = list(self._connections)
@@ -300,7 +300,7 @@ class MeshListener(AsyncioActor):
                 result = self._on_frame(frame_type, payload, server_id)
                 if inspect.isawaitable(result):
                     await result
-            except Exception:  # noqa: BLE001
+            except Exception:
                 logger.exception("mesh: handler failed for frame type {}", frame_type)
 
     def _reject(self, peer: Any, reason: str, *, detail: str, before_hello: bool = False) -> None:

@@ -136,7 +136,7 @@ class MeshPeer(AsyncioActor):
             self._dial_loop(), name=f"mesh-peer-{self.link.host}:{self.link.port}"
         )
 
-    async def on_stop(self) -> None:
+    async def on_stop(self) -> None:  # type: ignore[override]  # see AsyncioActor.on_stop
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

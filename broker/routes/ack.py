@@ -9,8 +9,17 @@ from broker.http import json, read_json
 from broker.service import ack as service
 from broker.service.push import checked_producer_sub
 from broker.store.db import TransactionAborted
-from broker.wire import (BadRequest, ack_result, body_object, check_item_count, iso_milli,
-                         is_uuid, parse_ack_item, parse_group, parse_push_item)
+from broker.wire import (
+    BadRequest,
+    ack_result,
+    body_object,
+    check_item_count,
+    is_uuid,
+    iso_milli,
+    parse_ack_item,
+    parse_group,
+    parse_push_item,
+)
 
 bp = Blueprint("ack")
 
@@ -89,7 +98,7 @@ async def transaction(request: Request):
     results = []
     flat_iter = iter(flat)
     for (kind, rows), res in zip(steps, step_results):
-        for row, r in zip(rows, res):
+        for _row, r in zip(rows, res):
             _, item = next(flat_iter)
             index = len(results)
             if kind == "push":

@@ -7,8 +7,17 @@ from sanic import Blueprint, Request
 import broker
 from broker.http import args, error, json, read_json
 from broker.service.push import wake_after_commit
-from broker.wire import (BadRequest, iso_milli, is_uuid, new_uuid7, parse_configure,
-                         parse_timestamp, q_int, q_str, queue_options)
+from broker.wire import (
+    BadRequest,
+    is_uuid,
+    iso_milli,
+    new_uuid7,
+    parse_configure,
+    parse_timestamp,
+    q_int,
+    q_str,
+    queue_options,
+)
 
 bp = Blueprint("admin")
 

@@ -76,7 +76,7 @@ async def _cluster_backlog(app) -> list[dict] | None:
         return None
     return [{"spool": r["server_id"], "partitions": r["partitions"],
              "oldestAcceptedAt": iso_milli(dt.datetime.fromtimestamp(
-                 r["oldest_accept_us"] / 1e6, dt.timezone.utc)),
+                 r["oldest_accept_us"] / 1e6, dt.UTC)),
              "lastSeen": iso_milli(r["seen_at"])} for r in rows]
 
 

@@ -2,8 +2,9 @@
 wakes a released lease owes the pops parked on its partition."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from broker.service.context import BrokerContext
 from broker.service.push import to_rows, wake_after_commit

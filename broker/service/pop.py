@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from loguru import logger
 
+from actors.hotlist import REQUEUE
 from actors.pop_waiters import long_poll
 from broker.service.context import BrokerContext
 from broker.store.db import StoreUnavailable
 from broker.telemetry import telemetry
-from actors.hotlist import REQUEUE
 from broker.wire import PopRequest, new_uuid7, pop_message
 
 
@@ -108,7 +109,7 @@ async def claim(ctx: BrokerContext, req: PopRequest, lease_id: str, hints: list[
     finds it stranded. An empty ring, and every other kind of pop, lets
     PostgreSQL scan."""
     store, hotlist = ctx.store, ctx.hotlist
-    common = dict(queue=req.queue, partition=req.partition, namespace=req.namespace,
+    common: dict[str, Any] = dict(queue=req.queue, partition=req.partition, namespace=req.namespace,
                   task=req.task, group=req.group, batch=req.batch,
                   max_partitions=req.max_partitions, auto_ack=req.auto_ack, lease_id=lease_id)
     if hotlist is None or req.queue is None or req.partition is not None:
@@ -172,7 +173,7 @@ async def _paused_pop(req: PopRequest) -> dict:
 def _pop_answer(ctx: BrokerContext, req: PopRequest, rows, lease_id: str) -> dict:
     cipher = ctx.cipher
     messages = []
-    partitions = []
+    partitions: list[Any] = []
     for row in rows:
         data = row["payload"]
         if row["is_encrypted"] and cipher is not None:

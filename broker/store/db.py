@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import asyncpg
 import ujson
@@ -184,7 +185,7 @@ class Store:
     async def connect(cls, dsn: str, *, pool_size: int, connect_timeout_ms: int,
                       statement_timeout_ms: int, lock_timeout_ms: int,
                       idle_timeout_ms: int, application_name: str = "queen-broker",
-                      apply: bool = True) -> "Store":
+                      apply: bool = True) -> Store:
         server_settings = {
             "timezone": "UTC",  # timestamps go out with a literal Z
             "statement_timeout": str(statement_timeout_ms),

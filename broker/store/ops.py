@@ -11,7 +11,8 @@ from typing import Any
 
 import asyncpg
 
-from broker.store import ops_sql as q, sql
+from broker.store import ops_sql as q
+from broker.store import sql
 from broker.store.db import QUEUE_MODE, Store
 
 Record = asyncpg.Record

@@ -14,7 +14,6 @@ cluster-wide state).
 from __future__ import annotations
 
 import json as stdjson
-import time
 import uuid
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 
 from actors.spool import encode_records
 from tests.conftest import db_fetch, db_val, start_broker
+from tests.waiting import wait_until
 
 POISON_BODIES = {
     "nul-payload": '{"items":[{"queue":"%(q)s","partition":"p1","payload":"a\\u0000b"}]}',
@@ -32,17 +32,6 @@ POISON_BODIES = {
                     '"traceId":"{0190b7f2-6c3e-7d2a-9a41-3f5e8d1c2b7a}"}]}',
     "lone-surrogate": '{"items":[{"queue":"%(q)s","partition":"p1","payload":"\\ud800"}]}',
 }
-
-
-def wait_until(condition, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def stored(database, queue: str) -> list[tuple[str, str]]:
@@ -97,7 +86,7 @@ def test_poison_pushes_during_maintenance_are_refused_and_cost_nobody_anything(l
             assert "items[0]" in r.json()["error"], r.text  # names the item and the field
         assert http.get("/health").json()["spool"]["pendingCount"] == 60
         maintenance(http, False)
-        wait_until(lambda: len(stored(database, queue)) >= 60, what="the drain")
+        wait_until(lambda: len(stored(database, queue)) >= 60, 30, "the drain")
         rows = stored(database, queue)
         for partition, txids in sent.items():
             assert [t for p, t in rows if p == partition] == txids
@@ -134,7 +123,7 @@ def test_a_poison_event_left_by_an_older_version_is_quarantined_alone(lone_broke
                       [_event(queue, "old", "o1", 1), _event(queue, "old", "o2", 2)])
     b = make(FILE_BUFFER_DIR=str(spool))
     with httpx.Client(base_url=b.url, timeout=30) as http:
-        wait_until(lambda: len(stored(database, queue)) >= 5, what="the drain")
+        wait_until(lambda: len(stored(database, queue)) >= 5, 30, "the drain")
         assert stored(database, queue) == [("p", f"t{i}") for i in range(5)]
         listing = http.get("/api/v1/system/spool/quarantine").json()
         assert listing["count"] == 3
@@ -192,7 +181,7 @@ def test_a_full_spool_answers_503_and_acknowledges_only_what_is_on_disk(lone_bro
         assert "queen_file_buffer_rejected_full_total %d.0" % refused in \
             http.get("/metrics/prometheus").text
         maintenance(http, False)
-        wait_until(lambda: len(stored(database, queue)) >= len(acknowledged), what="the drain")
+        wait_until(lambda: len(stored(database, queue)) >= len(acknowledged), 30, "the drain")
         assert [t for _, t in stored(database, queue)] == acknowledged
 
 

@@ -6,12 +6,10 @@ ends up in PostgreSQL exactly once, in per-partition push order.
 """
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import signal
 import tempfile
-import time
 from pathlib import Path
 
 import asyncpg
@@ -20,6 +18,7 @@ import pytest
 
 from broker.embedded_pg import EmbeddedPostgres
 from tests.conftest import Database, free_port, start_broker
+from tests.waiting import wait_until_async
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +68,13 @@ async def stored(db: Database, queue: str) -> list[tuple[str, str]]:
         await conn.close()
 
 
+async def stored_at_least(db: Database, queue: str, n: int, timeout: float) -> None:
+    """Wait until ``n`` messages of ``queue`` are stored (a spool drains in the background)."""
+    async def enough() -> bool:
+        return len(await stored(db, queue)) >= n
+    await wait_until_async(enough, timeout, f"{n} stored messages of {queue}", interval=0.1)
+
+
 def push(url: str, queue: str, partition: str, txids: list[str]) -> httpx.Response:
     return httpx.post(url + "/api/v1/push", timeout=30, json={"items": [
         {"queue": queue, "partition": partition, "transactionId": t, "payload": {"t": t}}
@@ -106,9 +112,7 @@ async def test_pushes_during_maintenance_are_buffered_then_land_in_order(db, bro
     finally:
         r = maintenance(b.url, False)
         assert "DISABLED" in r.json()["message"]
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and len(await stored(db, queue_name)) < 30:
-        await asyncio.sleep(0.1)
+    await stored_at_least(db, queue_name, 30, 15)
     assert await stored(db, queue_name) == sorted(expected, key=lambda x: x[0])
 
 
@@ -131,9 +135,7 @@ async def test_pushes_while_postgres_is_down_are_buffered_and_arrive_once(db, br
         assert health.status_code == 503 and health.json()["database"] == "disconnected"
     finally:
         db.embedded.start()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and len(await stored(db, queue_name)) < 11:
-        await asyncio.sleep(0.2)
+    await stored_at_least(db, queue_name, 11, 30)
     got = [t for _, t in await stored(db, queue_name)]
     assert got == ["before", *buffered]
     # Recovered by itself: normal pushes are queued again.
@@ -170,9 +172,7 @@ async def test_kill_9_with_undrained_spool_then_restart_drains_everything(db, tm
     await conn.close()
     b2 = start_broker(db, tmp_path, **env)
     try:
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and len(await stored(db, queue_name)) < 20:
-            await asyncio.sleep(0.1)
+        await stored_at_least(db, queue_name, 20, 15)
         assert [t for _, t in await stored(db, queue_name)] == txids
     finally:
         b2.stop()
@@ -215,7 +215,5 @@ async def test_order_holds_when_pushes_continue_while_the_spool_drains(db, broke
         db.embedded.start()
     statuses = {send(f"after-{i}") for i in range(20)}  # at once, while the spool drains
     assert statuses <= {"queued", "buffered"}
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and len(await stored(db, queue_name)) < len(sent):
-        await asyncio.sleep(0.2)
+    await stored_at_least(db, queue_name, len(sent), 30)
     assert [t for _, t in await stored(db, queue_name)] == sent

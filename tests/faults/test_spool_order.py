@@ -85,15 +85,15 @@ async def test_an_outage_behind_a_load_balancer_keeps_every_partition_in_send_or
             statuses[status] = statuses.get(status, 0) + 1
             sent[partition].append(txid)
 
-    for i in range(5):
+    for _ in range(5):
         send_round("before")
     db.embedded.stop(mode="immediate")
     try:
-        for i in range(30):  # every broker spools every partition's pushes in turn
+        for _ in range(30):  # every broker spools every partition's pushes in turn
             send_round("down")
     finally:
         db.embedded.start()
-    for i in range(30):  # while the three spools drain: queued behind them, in order
+    for _ in range(30):  # while the three spools drain: queued behind them, in order
         send_round("after")
     total = sum(len(v) for v in sent.values())
     rows = await wait_stored(db, queue_name, total, timeout=60)

@@ -21,6 +21,7 @@ import pytest
 
 from broker.embedded_pg import EmbeddedPostgres
 from tests.conftest import ROOT, BrokerProcess, free_port
+from tests.waiting import wait_until
 
 # Variables of the surrounding environment that would point a broker elsewhere.
 _FOREIGN = ("PG_HOST", "PG_PORT", "PG_USER", "PG_PASSWORD", "PG_DB", "EMBEDDED_PG_DIR",
@@ -75,13 +76,6 @@ def assert_one_error_line(output: str, *words: str) -> str:
 def database_connected(broker: BrokerProcess) -> bool:
     r = httpx.get(broker.url + "/health", timeout=10)
     return r.status_code == 200 and r.json()["database"] == "connected"
-
-
-def wait_for(predicate, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +151,7 @@ def test_a_503_says_when_to_retry(tmp, data_dir, first):
         assert "error" in r.json()
     finally:
         pg.start()
-    wait_for(lambda: database_connected(first), "the first broker to reconnect")
+    wait_until(lambda: database_connected(first), 60, "the first broker to reconnect")
 
 
 def test_a_broker_inherits_the_database_whose_owner_was_killed(tmp, data_dir, first):
@@ -220,10 +214,10 @@ def test_a_broker_waiting_for_the_database_starts_when_it_comes(tmp):
     broker = BrokerProcess(f"http://127.0.0.1:{env['PORT']}", int(env["PORT"]), env, proc,
                            log_path)
     try:
-        wait_for(lambda: "not reachable yet" in broker.log(), "the broker to wait")
+        wait_until(lambda: "not reachable yet" in broker.log(), 60, "the broker to wait")
         pg.start()
-        wait_for(lambda: "serving on" in broker.log() or proc.poll() is not None,
-                 "the broker to serve", timeout=120)
+        wait_until(lambda: "serving on" in broker.log() or proc.poll() is not None,
+                   120, "the broker to serve")
         assert proc.poll() is None, broker.log()
         assert database_connected(broker)
     finally:

@@ -16,7 +16,8 @@ import asyncpg
 import httpx
 
 from tests.conftest import free_port, start_broker
-from tests.ha.test_mesh_brokers import all_connected, mesh_env, start_cluster, transport, wait_until
+from tests.ha.test_mesh_brokers import all_connected, mesh_env, start_cluster, transport
+from tests.waiting import wait_until
 
 
 def test_a_received_wake_is_not_rebroadcast(broker_factory, queue_name):
@@ -24,7 +25,7 @@ def test_a_received_wake_is_not_rebroadcast(broker_factory, queue_name):
     exactly one MESSAGE_AVAILABLE_BATCH (from A), not a second one via B."""
     a, b, c = start_cluster(broker_factory, 3)
     for x in (a, b, c):
-        wait_until(lambda: all_connected(x.url, 2), what="full mesh")
+        wait_until(lambda x=x: all_connected(x.url, 2), what="full mesh")
     before = {x.url: transport(x.url)["messages_received"] for x in (b, c)}
     sent_b = transport(b.url)["messages_sent"]
     httpx.post(a.url + "/api/v1/push", json={"items": [{"queue": queue_name, "payload": 1}]})
@@ -97,7 +98,7 @@ async def test_maintenance_flip_on_a_reaches_b_through_the_mesh(broker_factory, 
     b = start_broker(fresh_database, tmp_path, **mesh_env("queen-fb", ports[1], [ports[0]]))
     try:
         for x in (a, b):
-            wait_until(lambda: all_connected(x.url, 1), what="mesh up")
+            wait_until(lambda x=x: all_connected(x.url, 1), what="mesh up")
         httpx.post(a.url + "/api/v1/system/maintenance", json={"enabled": True})
         wait_until(lambda: _maintenance(b.url), 3, "flag on B via the mesh")
         httpx.post(a.url + "/api/v1/system/maintenance", json={"enabled": False})

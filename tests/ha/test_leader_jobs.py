@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.conftest import start_broker
+from tests.waiting import wait_until_async
 
 RETENTION_LOCK = 737001
 STATS_LOCK = 737002
@@ -72,15 +73,6 @@ async def jobs(client, b) -> dict:
 
 async def total(client, brokers, job: str, key: str) -> int:
     return sum([(await jobs(client, b))[job][key] for b in brokers])
-
-
-async def wait_until(predicate, timeout: float, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(interval)
 
 
 async def configure(client, b, queue: str, **options):
@@ -151,7 +143,7 @@ async def history(db, queue: str, kind: str) -> int:
 async def history_reaches(db, queue: str, kind: str, expected: int) -> int:
     """The sweep deletes, then records the cycle's history in its next statement:
     an observer can see the rows gone a moment before the history row lands."""
-    await wait_until(lambda: _history_is(db, queue, kind, expected), 5)
+    await wait_until_async(lambda: _history_is(db, queue, kind, expected), 5, interval=0.1)
     return await history(db, queue, kind)
 
 
@@ -185,7 +177,7 @@ async def test_replica_without_737001_skips_and_deletes_nothing_then_sweeps(clus
         assert await history(db, "ret.all", "retention") == 0
     finally:
         assert await db.fetchval("SELECT pg_advisory_unlock($1)", RETENTION_LOCK)
-    assert await wait_until(lambda: _empty(db, "ret.all"), 5)
+    await wait_until_async(lambda: _empty(db, "ret.all"), 5, interval=0.1)
     assert await history_reaches(db, "ret.all", "retention", 5) == 5
 
 
@@ -234,7 +226,7 @@ async def test_one_sweeper_at_a_time_and_737001_released_even_by_failing_cycles(
         now = [(await jobs(client, b))["retention"]["ran"] for b in brokers]
         return all(n > before for n, before in zip(now, ran))
 
-    assert await wait_until(all_swept_again, 5)
+    await wait_until_async(all_swept_again, 5, interval=0.1)
     samples.clear()
     await sample(1.0)
     assert max(samples) <= 1 and samples.count(0) > 0
@@ -323,8 +315,8 @@ async def test_stats_skip_while_737002_held_and_retention_keeps_running(cluster,
     await asyncio.gather(sample(), *(hammer(b) for b in brokers))
     assert held_outside == 0
     # and it is free as soon as the brokers are between cycles
-    assert await wait_until(lambda: db.fetchval("SELECT pg_try_advisory_lock($1)", STATS_LOCK),
-                            2, interval=0.02)
+    await wait_until_async(
+        lambda: db.fetchval("SELECT pg_try_advisory_lock($1)", STATS_LOCK), 2, interval=0.02)
     assert await db.fetchval("SELECT pg_advisory_unlock($1)", STATS_LOCK)
 
 
@@ -355,7 +347,7 @@ async def test_retention_deletes_old_messages_consumed_or_not(cluster, client, d
     await configure(client, b, "ret.old", retentionEnabled=True, retentionSeconds=1)
     await push(client, b, "ret.old", 6)
     await consume(client, b, "ret.old", 2)
-    assert await wait_until(lambda: _empty(db, "ret.old"), 5)
+    await wait_until_async(lambda: _empty(db, "ret.old"), 5, interval=0.1)
     assert await history_reaches(db, "ret.old", "retention", 6) == 6
     # the cursor is a position: pushing again continues after it
     await push(client, b, "ret.old", 1, start=100)
@@ -381,14 +373,14 @@ async def test_completed_retention_never_deletes_what_a_group_has_not_consumed(
     async def settled() -> bool:
         return await seqs(db, q, "p") == [5, 6, 7, 8, 9, 10]
 
-    assert await wait_until(settled, 6)
+    await wait_until_async(settled, 6, interval=0.1)
     await asyncio.sleep(1.0)  # more cycles: still nothing the slow group has not seen
     assert await seqs(db, q, "p") == [5, 6, 7, 8, 9, 10]
     assert await seqs(db, q, "lonely") == [1, 2, 3]
     assert await history_reaches(db, q, "completed_retention", 4) == 4
     # the slow group catches up: the rest may go
     await consume(client, brokers[1], q, 6, group="slow", partition="p")
-    assert await wait_until(lambda: _empty_partition(db, q, "p"), 6)
+    await wait_until_async(lambda: _empty_partition(db, q, "p"), 6, interval=0.1)
     assert await seqs(db, q, "lonely") == [1, 2, 3]
     assert await history_reaches(db, q, "completed_retention", 10) == 10
 
@@ -411,7 +403,7 @@ async def test_max_wait_eviction_removes_what_some_group_has_not_consumed(cluste
         return (await seqs(db, q, "p") == [1, 2, 3]
                 and await seqs(db, q, "nobody") == [])
 
-    assert await wait_until(settled, 6)
+    await wait_until_async(settled, 6, interval=0.1)
     assert await history_reaches(db, q, "max_wait_time_eviction", 5) == 5
     assert await pop(client, b, q, "p", consumerGroup="a", batch=10) == []
 
@@ -446,7 +438,7 @@ async def test_each_replica_writes_its_own_metrics_rows_without_any_lock(cluster
             async def flushed() -> bool:
                 return (await queued(ids[0][2]) == 7 and await queued(ids[1][2]) == 3)
 
-            assert await wait_until(flushed, 5)
+            await wait_until_async(flushed, 5, interval=0.1)
             before = await checker.fetchval("SELECT max(updated_at) FROM queen.worker_metrics")
             await asyncio.sleep(1.5)
             rows = await checker.fetch("SELECT DISTINCT port, worker_id FROM queen.system_metrics")
@@ -595,7 +587,7 @@ async def test_stats_counts_are_exact_across_groups_leases_dlq_and_retention(
     assert got[("queue", "jobs.sms")]["processing_messages"] == 2
 
     # retention empties ret.gone; the lease of jobs.sms expires; nothing is pushed
-    assert await wait_until(lambda: _empty(db, "ret.gone"), 5)
+    await wait_until_async(lambda: _empty(db, "ret.gone"), 5, interval=0.1)
     await asyncio.sleep(max(0.0, sms_lease_ends + 0.3 - time.monotonic()))
     await refresh(client, b)
     got = await assert_stats_exact(db)

@@ -19,12 +19,21 @@ import httpx
 import psutil
 import pytest
 
-from actors.mesh.frames import (HEARTBEAT, HELLO, HOTLIST_DIRTY_BATCH, MAINTENANCE_MODE_SET,
-                                MESSAGE_AVAILABLE_BATCH, POP_MAINTENANCE_MODE_SET, Sealer,
-                                encode, encode_payload)
+from actors.mesh.frames import (
+    HEARTBEAT,
+    HELLO,
+    HOTLIST_DIRTY_BATCH,
+    MAINTENANCE_MODE_SET,
+    MESSAGE_AVAILABLE_BATCH,
+    POP_MAINTENANCE_MODE_SET,
+    Sealer,
+    encode,
+    encode_payload,
+)
 from actors.mesh.handshake import connection_key, hello_of, make_hello, now_ms
 from tests.conftest import free_port, start_broker
-from tests.ha.test_mesh_brokers import SECRET, all_connected, mesh_env, transport, wait_until
+from tests.ha.test_mesh_brokers import SECRET, all_connected, mesh_env, transport
+from tests.waiting import wait_until, wait_until_async
 
 # Only a mesh wake can answer a pop parked for less than its re-check interval.
 NO_TIMER = {"POP_WAIT_INITIAL_INTERVAL_MS": "30000", "POP_WAIT_MAX_INTERVAL_MS": "30000"}
@@ -173,16 +182,17 @@ def test_replaying_what_a_sent_b_changes_nothing_on_b(fresh_database, tmp_path, 
     pool = ThreadPoolExecutor(4)
     try:
         for x in (a, b):
-            wait_until(lambda: all_connected(x.url, 1), what="mesh up")
+            wait_until(lambda x=x: all_connected(x.url, 1), what="mesh up")
         # What A legitimately sends B: flips both ways and a wake.
-        for which, key in (("push", "maintenanceMode"), ("pop", "popMaintenanceMode")):
+        for which in ("push", "pop"):
             body = {"enabled": True}
             route = "/api/v1/system/maintenance" if which == "push" else \
                 "/api/v1/system/maintenance/pop"
             httpx.post(a.url + route, json=body)
-            wait_until(lambda: flags(b)[which == "pop"], 5, f"{which} flag on B via the mesh")
+            wait_until(lambda which=which: flags(b)[which == "pop"], 5,
+                       f"{which} flag on B via the mesh")
             httpx.post(a.url + route, json={"enabled": False})
-            wait_until(lambda: not flags(b)[which == "pop"], 5, f"{which} flag off on B")
+            wait_until(lambda which=which: not flags(b)[which == "pop"], 5, f"{which} flag off on B")
         pop = park_pop(pool, b, queue_name)
         wait_until(lambda: parked(b) == 1, 10, "pop parked on B")
         httpx.post(a.url + "/api/v1/push", json={"items": [{"queue": queue_name, "payload": 1}]})
@@ -337,7 +347,7 @@ def test_a_600000_partition_dirty_hint_leaves_memory_bounded(broker_factory, que
     pool = ThreadPoolExecutor(1)
     try:
         # A wildcard pop makes the queue's hot-list ring exist.
-        pop = park_pop(pool, b, queue_name, timeout_ms=20_000)
+        park_pop(pool, b, queue_name, timeout_ms=20_000)
         wait_until(lambda: parked(b) == 1, 10, "pop parked")
         rss_before = proc.memory_info().rss
         received = transport(b.url)["messages_received"]
@@ -382,17 +392,15 @@ async def test_a_storm_of_wake_frames_does_not_multiply_pop_queries(fresh_databa
             parked_pops = [asyncio.create_task(client.get(
                 f"/api/v1/pop/queue/{queue_name}", params={"wait": "true", "timeout": "25000"}))
                 for _ in range(pops)]
-            for _ in range(200):
-                if parked(b) == pops:
-                    break
-                await asyncio.sleep(0.05)
-            assert parked(b) == pops
+            # Async: the pops are tasks of this loop, sent only while it waits.
+            await wait_until_async(lambda: parked(b) == pops, 10, f"{pops} pops parked",
+                                   interval=0.05)
             before = await commits()
             p = RawPeer("queen-storm-peer")
             reader, writer = await asyncio.open_connection("127.0.0.1", mesh_port(b))
             writer.write(p.hello)
             started = time.monotonic()
-            for i in range(frames_sent):  # 20 wake frames a second
+            for _ in range(frames_sent):  # 20 wake frames a second
                 writer.write(p.frame(MESSAGE_AVAILABLE_BATCH,
                                      {"items": [{"queue": queue_name, "partition": "Default"}]}))
                 await writer.drain()
@@ -443,7 +451,7 @@ def test_mutual_tls_between_two_brokers(fresh_database, tmp_path, queue_name):
     pool = ThreadPoolExecutor(1)
     try:
         for x in (a, b):
-            wait_until(lambda: all_connected(x.url, 1), what="TLS mesh up")
+            wait_until(lambda x=x: all_connected(x.url, 1), what="TLS mesh up")
             assert transport(x.url)["tls"] is True
         pop = park_pop(pool, b, queue_name)
         wait_until(lambda: parked(b) == 1, 10, "pop parked on B")

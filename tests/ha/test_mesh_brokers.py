@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
+from tests.waiting import wait_until, wait_until_async
 
 SECRET = "ab" * 32
 SLOW_TIMER = {"POP_WAIT_INITIAL_INTERVAL_MS": "8000", "POP_WAIT_MAX_INTERVAL_MS": "8000"}
@@ -39,15 +40,6 @@ def transport(url: str) -> dict:
     return httpx.get(url + "/health", timeout=5).json()["shared_state"]["transport"]
 
 
-def wait_until(predicate, timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def all_connected(url: str, peers: int) -> bool:
     t = transport(url)
     return (t is not None and sum(p["connected"] for p in t["peers"]) == peers
@@ -59,16 +51,14 @@ def pair(broker_factory):
     """Two meshed brokers whose backoff timer alone would take 8 s to re-check."""
     a, b = start_cluster(broker_factory, 2, **SLOW_TIMER)
     for x in (a, b):
-        wait_until(lambda: all_connected(x.url, 1), what=f"mesh up on {x.url}")
+        wait_until(lambda x=x: all_connected(x.url, 1), what=f"mesh up on {x.url}")
     return a, b
 
 
 async def _wait_parked(client: httpx.AsyncClient, count: int) -> None:
-    for _ in range(100):
-        if (await client.get("/health")).json()["shared_state"]["parkedPops"] == count:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("pop never parked")
+    async def parked() -> bool:
+        return (await client.get("/health")).json()["shared_state"]["parkedPops"] == count
+    await wait_until_async(parked, 10, f"{count} parked pops", interval=0.05)
 
 
 async def test_push_on_a_wakes_a_pop_parked_on_b_through_the_mesh(pair, queue_name):
@@ -110,7 +100,7 @@ async def test_queue_config_invalidation_crosses_brokers(broker_factory, queue_n
     key = {"QUEEN_ENCRYPTION_KEY": "22" * 32}
     a, b = start_cluster(broker_factory, 2, **key)
     for x in (a, b):
-        wait_until(lambda: all_connected(x.url, 1), what="mesh up")
+        wait_until(lambda x=x: all_connected(x.url, 1), what="mesh up")
     httpx.post(b.url + "/api/v1/push", json={"items": [{"queue": queue_name, "payload": "plain"}]})
     httpx.post(a.url + "/api/v1/configure", json={"queue": queue_name,
                                                   "options": {"encryptionEnabled": True}})
@@ -142,7 +132,7 @@ async def test_queue_config_invalidation_crosses_brokers(broker_factory, queue_n
 def test_three_brokers_with_one_secret_see_every_peer_connected(broker_factory):
     brokers = start_cluster(broker_factory, 3)
     for x in brokers:
-        wait_until(lambda: all_connected(x.url, 2), what=f"full mesh on {x.url}")
+        wait_until(lambda x=x: all_connected(x.url, 2), what=f"full mesh on {x.url}")
         t = transport(x.url)
         assert t["transport"] == "tcp-mesh" and t["peer_count"] == 2
 

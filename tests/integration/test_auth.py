@@ -124,7 +124,7 @@ class JwksServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):  # the name http.server calls
                 server.hits += 1
                 if server.fail:
                     self.send_response(503)

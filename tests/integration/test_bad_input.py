@@ -12,8 +12,8 @@ import uuid
 
 import httpx
 import pytest
-from tests.conftest import db_fetch
 
+from tests.conftest import db_fetch
 
 # -- helpers ----------------------------------------------------------------
 
@@ -204,7 +204,7 @@ def test_unstorable_push_does_not_fail_concurrent_good_pushes(http, base_url, da
                         {"queue": queue_name + "-ok", "payload": {"n": n, "i": i}}]})
                     good_results.append(r.status_code)
                     assert r.json()[0]["status"] == "queued"
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     def bad():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -10,6 +11,9 @@ import asyncpg
 
 from tests.conftest import ROOT, start_broker
 
+# The broker's line format (broker/__main__.py setup_logging): time, level padded to 7, message.
+LINE = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} INFO    "
+
 
 def test_bad_configuration_stops_the_broker_with_a_message_naming_the_variable(database):
     env = {**os.environ, **database.env(), "PORT": "not-a-port"}
@@ -17,6 +21,14 @@ def test_bad_configuration_stops_the_broker_with_a_message_naming_the_variable(d
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode != 0
     assert "PORT" in proc.stderr and "not-a-port" in proc.stderr
+
+
+def test_sanic_and_broker_lines_share_one_format(broker):
+    """Sanic's own lines come out through loguru, formatted like the broker's."""
+    log = broker.log()
+    for message in ("config: http: ", "Starting worker ", "broker .* serving on ",
+                    "Worker ready "):
+        assert re.search(f"^{LINE}{message}", log, re.MULTILINE), (message, log)
 
 
 async def test_brokers_booting_together_on_an_empty_database_agree_on_the_schema(

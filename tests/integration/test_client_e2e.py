@@ -13,7 +13,7 @@ import contextlib
 import io
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import httpx
@@ -90,7 +90,7 @@ def payloads(messages: list[dict]) -> list:
 
 
 def utc_iso(dt: datetime) -> str:
-    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 async def drain(client: Queen, queue: str, *, group: str | None = None, batch: int = 10,
@@ -323,7 +323,7 @@ async def test_subscription_from_timestamp_starts_at_that_instant(client, queue_
     instant; another group without it receives the full history."""
     await push(client, queue_name, [{"data": f"before-{i}"} for i in range(3)])
     await asyncio.sleep(0.4)
-    ts = utc_iso(datetime.now(timezone.utc))
+    ts = utc_iso(datetime.now(UTC))
     await asyncio.sleep(0.4)
     await push(client, queue_name, [{"data": f"after-{i}"} for i in range(2)])
     got = await pop(client, queue_name, group="g-ts", subscription_from=ts)
@@ -331,7 +331,7 @@ async def test_subscription_from_timestamp_starts_at_that_instant(client, queue_
     all_ = await pop(client, queue_name, group="g-hist")
     assert payloads(all_) == ["before-0", "before-1", "before-2", "after-0", "after-1"]
     # a timestamp far in the past is the same as "all"
-    past = utc_iso(datetime.now(timezone.utc) - timedelta(days=1))
+    past = utc_iso(datetime.now(UTC) - timedelta(days=1))
     assert len(await pop(client, queue_name, group="g-past", subscription_from=past)) == 5
 
 
@@ -577,7 +577,7 @@ async def test_transaction_rolls_back_everything_when_one_operation_fails(
         tx.queue(out_queue).push([{"transactionId": "never", "data": 1}])
         tx.ack({"transactionId": "no-such-message", "partitionId": m["partitionId"],
                 "leaseId": m["leaseId"]})
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - the client raises a bare Exception here
         await tx.commit()
 
     conn = await asyncpg.connect(database.dsn)

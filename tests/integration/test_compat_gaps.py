@@ -18,8 +18,6 @@ from queen import Queen
 
 from tests.conftest import db_fetch
 
-from tests.conftest import db_fetch
-
 pytestmark = pytest.mark.timeout(90)
 
 

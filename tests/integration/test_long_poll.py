@@ -8,14 +8,9 @@ import time
 import httpx
 import pytest
 
-SLOW_TIMER_MS = "8000"
+from tests.waiting import wait_until_async
 
-
-@pytest.fixture(scope="module")
-def slow_timer_broker(broker_factory):
-    """A broker whose backoff timer alone would take 8 s to re-check."""
-    return broker_factory(POP_WAIT_INITIAL_INTERVAL_MS=SLOW_TIMER_MS,
-                          POP_WAIT_MAX_INTERVAL_MS=SLOW_TIMER_MS)
+# slow_timer_broker (tests/conftest.py): its backoff timer alone would take 8 s to re-check.
 
 
 async def _parked(client: httpx.AsyncClient) -> int:
@@ -23,11 +18,9 @@ async def _parked(client: httpx.AsyncClient) -> int:
 
 
 async def _wait_parked(client: httpx.AsyncClient, count: int) -> None:
-    for _ in range(100):
-        if await _parked(client) == count:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"parked pops never reached {count} (now {await _parked(client)})")
+    async def parked() -> bool:
+        return await _parked(client) == count
+    await wait_until_async(parked, 10, f"{count} parked pops", interval=0.05)
 
 
 async def test_committed_push_wakes_a_parked_pop_before_its_timer(slow_timer_broker, queue_name):

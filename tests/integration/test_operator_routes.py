@@ -15,6 +15,7 @@ import uuid
 from urllib.parse import quote
 
 from prometheus_client.parser import text_string_to_metric_families
+
 from tests.conftest import db_fetch, db_val
 
 QUEUE_MODE = "__QUEUE_MODE__"
@@ -552,7 +553,7 @@ def test_status_routes(http, database, queue_name):
 
 def test_metric_tables_are_read_with_filters(http, database, queue_name):
     host = f"host-{queue_name}"
-    now = dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0)
+    now = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
     db_fetch(database, "INSERT INTO queen.system_metrics (timestamp, hostname, port, worker_id, "
                        "metrics) VALUES ($1, $2, 1, 'w1', '{\"cpu\": 5}'), "
                        "($1 - interval '3 hours', $2, 1, 'w1', '{\"cpu\": 9}')", now, host)

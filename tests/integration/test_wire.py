@@ -12,7 +12,9 @@ import time
 import uuid
 
 import pytest
-from tests.conftest import db_fetch, db_val
+
+from tests.conftest import WAKE_BOUND_S, db_fetch, db_val, parked_pops
+from tests.waiting import wait_until
 
 QUEUE_MODE = "__QUEUE_MODE__"
 MICRO_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
@@ -231,7 +233,7 @@ def test_pop_answers_camel_case_with_data_ids_lease_and_queue_mode_group(http, q
     assert m["leaseId"] == body["leaseId"]
     assert m["consumerGroup"] == QUEUE_MODE
     assert MICRO_Z.match(m["createdAt"]), m["createdAt"]
-    assert abs((dt.datetime.now(dt.timezone.utc) - parse_z(m["createdAt"])).total_seconds()) < 120
+    assert abs((dt.datetime.now(dt.UTC) - parse_z(m["createdAt"])).total_seconds()) < 120
     assert "transaction_id" not in m
 
 
@@ -272,27 +274,31 @@ def test_long_poll_timeout_answers_success_true_empty_and_null_lease(http, queue
     assert body["leaseId"] is None
 
 
-def test_long_poll_is_woken_by_a_push(http, base_url, queue_name):
-    """A parked long poll returns the message pushed while it waits (well before its deadline)."""
+def test_long_poll_is_woken_by_a_push(slow_timer_broker, queue_name):
+    """A parked long poll returns the message pushed while it waits, woken by that push: on
+    slow_timer_broker its own re-check timer is 8 s away and its deadline 20 s."""
     import threading
 
     import httpx
     result = {}
 
     def waiter():
-        with httpx.Client(base_url=base_url, timeout=30) as c:
-            t0 = time.monotonic()
+        with httpx.Client(base_url=slow_timer_broker.url, timeout=30) as c:
             result["body"] = c.get(f"/api/v1/pop/queue/{queue_name}",
                                    params={"wait": "true", "timeout": "20000"}).json()
-            result["elapsed"] = time.monotonic() - t0
+            result["answered"] = time.monotonic()
 
     t = threading.Thread(target=waiter)
     t.start()
-    time.sleep(0.3)
-    push(http, queue_name, {"woke": True})
+    wait_until(lambda: parked_pops(slow_timer_broker.url) == 1, 15, "the pop to park")
+    with httpx.Client(base_url=slow_timer_broker.url, timeout=30) as http:
+        pushed = time.monotonic()
+        push(http, queue_name, {"woke": True})
     t.join(25)
     assert result["body"]["messages"][0]["data"] == {"woke": True}
-    assert result["elapsed"] < 15  # generous: it must not have waited for the deadline
+    # Only a wake answers within WAKE_BOUND_S of the push: the timer fires ~8 s after the park.
+    elapsed = result["answered"] - pushed
+    assert elapsed < WAKE_BOUND_S, f"answered {elapsed:.1f} s after the push: the timer, no wake"
 
 
 def test_partition_route_on_leased_partition_is_lease_held(http, queue_name):
@@ -391,7 +397,7 @@ def test_delayed_processing_hides_young_messages(http, queue_name):
     while time.monotonic() < deadline and not got:
         got = pop(http, queue_name, wait="true", timeout="3000")["messages"]
     assert got and got[0]["data"] == "late"
-    age = (dt.datetime.now(dt.timezone.utc) - parse_z(got[0]["createdAt"])).total_seconds()
+    age = (dt.datetime.now(dt.UTC) - parse_z(got[0]["createdAt"])).total_seconds()
     assert age >= 0.9
 
 
@@ -542,7 +548,7 @@ def test_lease_extend_with_empty_body_and_no_content_type(http, database, queue_
     assert body["leaseId"] == lease
     assert MILLI_Z.match(body["expiresAt"]), body["expiresAt"]
     assert body["newExpiresAt"] == body["expiresAt"]
-    remaining = (parse_z(body["expiresAt"]) - dt.datetime.now(dt.timezone.utc)).total_seconds()
+    remaining = (parse_z(body["expiresAt"]) - dt.datetime.now(dt.UTC)).total_seconds()
     assert 30 < remaining <= 65  # default 60 s, not the 5 s leaseTime
     stored = db_val(database, "SELECT max(lease_expires_at) FROM queen.log_consumers "
                               "WHERE lease_id = $1::uuid", uuid.UUID(lease))
@@ -556,7 +562,7 @@ def test_lease_extend_with_seconds(http, queue_name):
     lease = pop(http, queue_name)["leaseId"]
     body = http.post(f"/api/v1/lease/{lease}/extend", json={"seconds": 600}).json()
     assert body["success"] is True
-    remaining = (parse_z(body["expiresAt"]) - dt.datetime.now(dt.timezone.utc)).total_seconds()
+    remaining = (parse_z(body["expiresAt"]) - dt.datetime.now(dt.UTC)).total_seconds()
     assert 500 < remaining <= 605
 
 
@@ -623,7 +629,7 @@ def test_configure_keeps_options_that_are_left_out(http, database, queue_name):
     lease = pop(http, queue_name)["leaseId"]
     exp = db_val(database, "SELECT max(lease_expires_at) FROM queen.log_consumers "
                            "WHERE lease_id = $1::uuid", uuid.UUID(lease))
-    remaining = (exp - dt.datetime.now(dt.timezone.utc)).total_seconds()
+    remaining = (exp - dt.datetime.now(dt.UTC)).total_seconds()
     assert 0 < remaining <= 11
 
 

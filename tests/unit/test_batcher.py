@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from actors.batcher import Batcher
+from tests.waiting import wait_until_async
 
 
 class Flush:
@@ -36,15 +37,27 @@ async def submit(ref, items):
     return await (await ref.proxy().submit(items))
 
 
+async def pending(ref, n: int) -> None:
+    """Wait until ``n`` requests wait in the batcher behind the round trips in flight."""
+    async def there() -> bool:
+        return (await ref.proxy().stats())["pending"] == n
+    await wait_until_async(there, 5, f"{n} pending requests")
+
+
+async def flush_called(flush_calls: list, n: int) -> None:
+    """Wait until the flush stub was entered ``n`` times (its round trips are in flight)."""
+    await wait_until_async(lambda: len(flush_calls) == n, 5, f"{n} flush calls")
+
+
 async def test_requests_waiting_behind_a_round_trip_go_out_together():
     flush = Flush()
     ref = Batcher.start(flush, max_items=1000, max_concurrent=1, name="t")
     try:
         flush.gate.clear()
         first = asyncio.create_task(submit(ref, ["a"]))
-        await asyncio.sleep(0.01)  # the first round trip is now in flight, held open
+        await flush_called(flush.calls, 1)  # the first round trip is in flight, held open
         rest = [asyncio.create_task(submit(ref, [f"b{i}", f"c{i}"])) for i in range(10)]
-        await asyncio.sleep(0.01)
+        await pending(ref, 10)  # all ten wait behind it
         flush.gate.set()
         assert await first == ["ok:a"]
         results = await asyncio.gather(*rest)
@@ -62,11 +75,11 @@ async def test_a_rejected_request_does_not_fail_its_neighbours():
     try:
         flush.gate.clear()
         first = asyncio.create_task(submit(ref, ["a"]))
-        await asyncio.sleep(0.01)
+        await flush_called(flush.calls, 1)
         good = asyncio.create_task(submit(ref, ["g1"]))
         bad = asyncio.create_task(submit(ref, ["bad"]))
         good2 = asyncio.create_task(submit(ref, ["g2"]))
-        await asyncio.sleep(0.01)
+        await pending(ref, 3)  # the three fold into the next round trip
         flush.gate.set()
         await first
         assert await good == ["ok:g1"] and await good2 == ["ok:g2"]
@@ -85,7 +98,10 @@ async def test_round_trips_respect_the_item_and_concurrency_limits():
     try:
         flush.gate.clear()
         tasks = [asyncio.create_task(submit(ref, [i, i])) for i in range(12)]
-        await asyncio.sleep(0.02)
+        # The first two requests go out at once, one each (a free slot never waits for more);
+        # the other ten wait for a slot.
+        await flush_called(flush.calls, 2)
+        await pending(ref, 10)
         assert flush.in_flight == 2  # never more than max_concurrent at once
         flush.gate.set()
         results = await asyncio.gather(*tasks)
@@ -130,12 +146,9 @@ async def test_an_outage_fails_every_folded_request_at_once():
                         retry_alone=lambda exc: not isinstance(exc, Down))
     try:
         first = asyncio.create_task(submit(ref, ["a"]))
-        proxy = ref.proxy()
-        while not calls:  # the first round trip is in flight, held open
-            await asyncio.sleep(0)
+        await flush_called(calls, 1)  # the first round trip is in flight, held open
         rest = [asyncio.create_task(submit(ref, [f"b{i}"])) for i in range(5)]
-        while (await proxy.stats())["pending"] < 5:
-            await asyncio.sleep(0)
+        await pending(ref, 5)
         gate.set()
         outcomes = await asyncio.gather(first, *rest, return_exceptions=True)
         assert all(isinstance(o, Down) for o in outcomes)

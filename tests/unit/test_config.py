@@ -8,7 +8,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from broker.config import VARIABLES, ConfigError, Settings, load_settings, markdown_table  # noqa: E402
+from broker.config import (  # noqa: E402
+    VARIABLES,
+    ConfigError,
+    Settings,
+    load_settings,
+    markdown_table,
+)
 
 KEY = "00112233445566778899aabbccddeeff" * 2
 

@@ -10,7 +10,6 @@ import json
 import struct
 
 import pytest
-
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 

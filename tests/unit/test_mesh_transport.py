@@ -11,7 +11,6 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Callable
 
 import psutil
 import pytest
@@ -36,6 +35,7 @@ from actors.mesh.frames import (
 from actors.mesh.handshake import connection_key, hello_of, make_hello
 from actors.mesh.listener import ListenerState, MeshListener
 from actors.mesh.peer import SEND_QUEUE_SIZE, MeshPeer, PeerLink, reconnect_delay_ms
+from tests.waiting import wait_until_async
 
 SECRET = "test-secret"
 HOST = "127.0.0.1"
@@ -45,14 +45,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return s.getsockname()[1]
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 class Recorder:
@@ -144,14 +136,14 @@ async def test_backoff_grows_then_resets_after_a_connection():
     link = PeerLink(HOST, port)
     ref = MeshPeer.start(link, server_id="a", secret=SECRET, heartbeat_ms=100)
     try:
-        await wait_until(lambda: len(link.recent_delays_ms) >= 2)
+        await wait_until_async(lambda: len(link.recent_delays_ms) >= 2)
         assert list(link.recent_delays_ms)[:2] == [250, 500]
         async with listener(port=port) as (_, state, _, _):
-            await wait_until(lambda: link.connected, timeout=8)
+            await wait_until_async(lambda: link.connected, timeout=8)
             assert link.failures == 0
             before = len(link.recent_delays_ms)
         # The listener stopped and closed the connection: back to 250 ms.
-        await wait_until(lambda: len(link.recent_delays_ms) > before)
+        await wait_until_async(lambda: len(link.recent_delays_ms) > before)
         assert link.recent_delays_ms[before] == 250
         assert not link.connected
     finally:
@@ -168,9 +160,9 @@ async def test_pair_has_exactly_two_one_way_connections():
         mesh("queen-b", port_b, [(HOST, port_a)]) as (b, b_bound, b_rec),
     ):
         assert a_bound and b_bound
-        await wait_until(lambda: a.stats()["peers"][0]["connected"]
+        await wait_until_async(lambda: a.stats()["peers"][0]["connected"]
                          and b.stats()["peers"][0]["connected"])
-        await wait_until(lambda: a.listener_state.inbound_connections == 1
+        await wait_until_async(lambda: a.listener_state.inbound_connections == 1
                          and b.listener_state.inbound_connections == 1)
 
         established = [
@@ -186,7 +178,7 @@ async def test_pair_has_exactly_two_one_way_connections():
 
         a.broadcast(MESSAGE_AVAILABLE, {"queue": "qa", "partition": "p"})
         b.broadcast(MESSAGE_AVAILABLE, {"queue": "qb", "partition": "p"})
-        await wait_until(lambda: a_rec.frames and b_rec.frames)
+        await wait_until_async(lambda: a_rec.frames and b_rec.frames)
         assert b_rec.frames == [(MESSAGE_AVAILABLE, {"queue": "qa", "partition": "p"}, "queen-a")]
         assert a_rec.frames == [(MESSAGE_AVAILABLE, {"queue": "qb", "partition": "p"}, "queen-b")]
 
@@ -217,7 +209,7 @@ async def test_listener_never_writes_on_an_accepted_connection():
         writer.write(raw.hello + raw.frame(MESSAGE_AVAILABLE, {"queue": "q", "partition": "p"})
                      + raw.frame(HEARTBEAT, {"server_id": "raw"}))
         await writer.drain()
-        await wait_until(lambda: recorder.frames)
+        await wait_until_async(lambda: recorder.frames)
         writer.write_eof()
         await assert_closed_without_bytes(reader)
         writer.close()
@@ -268,9 +260,9 @@ async def test_hostile_first_frame_is_rejected_silently(name):
         link = PeerLink(HOST, port)
         peer = MeshPeer.start(link, server_id="good", secret=SECRET, heartbeat_ms=100)
         try:
-            await wait_until(lambda: link.connected)
+            await wait_until_async(lambda: link.connected)
             link.offer(MESSAGE_AVAILABLE, encode_payload({"queue": "q", "partition": "p"}))
-            await wait_until(lambda: recorder.frames)
+            await wait_until_async(lambda: recorder.frames)
             assert recorder.frames[0][2] == "good"
             assert state.handshake_failures == 1
         finally:
@@ -299,7 +291,7 @@ async def test_open_mode_runs_the_same_protocol_with_an_empty_key():
         reader, writer = await connect(port)
         raw = RawPeer("anon", secret="")
         writer.write(raw.hello + raw.frame(QUEUE_CONFIG_SET, {"queue": "q"}))
-        await wait_until(lambda: recorder.frames)
+        await wait_until_async(lambda: recorder.frames)
         assert recorder.frames == [(QUEUE_CONFIG_SET, {"queue": "q"}, "anon")]
         writer.close()
 
@@ -315,7 +307,7 @@ async def test_secret_mode_accepts_correct_mac_and_records_liveness():
     async with listener() as (port, state, _, _):
         reader, writer = await connect(port)
         writer.write(hello("queen-z"))
-        await wait_until(lambda: "queen-z" in state.last_seen)
+        await wait_until_async(lambda: "queen-z" in state.last_seen)
         assert state.liveness() == (1, 0)
         assert state.handshake_failures == 0
         writer.close()
@@ -334,7 +326,7 @@ async def test_bad_frames_after_handshake():
             + raw.frame(MESSAGE_AVAILABLE_BATCH, {"items": [{"queue": "q", "partition": "p"}]})
             + raw.frame(MAINTENANCE_MODE_SET, {"enabled": True})
         )
-        await wait_until(lambda: len(recorder.frames) == 2)
+        await wait_until_async(lambda: len(recorder.frames) == 2)
         assert [t for t, _, _ in recorder.frames] == [MESSAGE_AVAILABLE_BATCH, MAINTENANCE_MODE_SET]
         assert state.messages_received == 2
         # Now a framing error: the connection closes, silently.
@@ -371,7 +363,7 @@ async def test_handler_errors_are_swallowed(logs):
         raw = RawPeer()
         writer.write(raw.hello + raw.frame(QUEUE_CONFIG_SET, {"queue": "q", "boom": True})
                      + raw.frame(QUEUE_CONFIG_SET, {"queue": "r"}))
-        await wait_until(lambda: len(calls) == 2)
+        await wait_until_async(lambda: len(calls) == 2)
         assert calls[1] == {"queue": "r"}
         assert any("handler failed" in line for line in logs)
         writer.close()
@@ -385,9 +377,9 @@ async def test_liveness_dead_and_recovered(logs):
         assert state.liveness() == (0, 0)
         reader, writer = await connect(port)
         writer.write(hello("queen-z"))
-        await wait_until(lambda: state.liveness() == (1, 0))
-        await wait_until(lambda: state.liveness() == (0, 1))
-        await wait_until(lambda: any("peer down: queen-z" in line for line in logs))
+        await wait_until_async(lambda: state.liveness() == (1, 0))
+        await wait_until_async(lambda: state.liveness() == (0, 1))
+        await wait_until_async(lambda: any("peer down: queen-z" in line for line in logs))
         # The silent connection was closed as idle; the peer comes back on a new one.
         await assert_closed_without_bytes(reader)
         writer.close()
@@ -395,8 +387,8 @@ async def test_liveness_dead_and_recovered(logs):
         reader, writer = await connect(port)
         raw = RawPeer("queen-z")
         writer.write(raw.hello + raw.frame(HEARTBEAT, {"server_id": "queen-z"}))
-        await wait_until(lambda: state.liveness() == (1, 0))
-        await wait_until(lambda: any("peer recovered: queen-z" in line for line in logs))
+        await wait_until_async(lambda: state.liveness() == (1, 0))
+        await wait_until_async(lambda: any("peer recovered: queen-z" in line for line in logs))
         writer.close()
 
 
@@ -432,7 +424,7 @@ async def test_heartbeats_flow_without_traffic():
     link = PeerLink(HOST, port)
     peer = MeshPeer.start(link, server_id="queen-a", secret=SECRET, heartbeat_ms=50)
     try:
-        await wait_until(lambda: len(received) >= 6)
+        await wait_until_async(lambda: len(received) >= 6)
     finally:
         await peer.stop(block=False)
         server.close()
@@ -494,7 +486,7 @@ async def test_slow_peer_drops_without_blocking():
     big = {"queue": "q", "partition": "x" * 8192}
     async with stalled_server() as (port, _, _):
         async with mesh("queen-a", peers=[(HOST, port)], dead_threshold_ms=60_000) as (m, _, _):
-            await wait_until(lambda: m.links[0].connected)
+            await wait_until_async(lambda: m.links[0].connected)
             await fill_until_full(m, big)
             dropped = m.stats()["messages_dropped"]
             started = time.monotonic()
@@ -521,9 +513,9 @@ async def test_frames_offered_while_down_are_never_delivered():
         for i in range(5):
             assert m.broadcast(MESSAGE_AVAILABLE, {"queue": "stale", "partition": str(i)}) == 0
         async with listener(port=port) as (_, state, recorder, _):
-            await wait_until(lambda: m.links[0].connected, timeout=8)
+            await wait_until_async(lambda: m.links[0].connected, timeout=8)
             m.broadcast(MESSAGE_AVAILABLE, {"queue": "fresh", "partition": "p"})
-            await wait_until(lambda: recorder.frames)
+            await wait_until_async(lambda: recorder.frames)
             await asyncio.sleep(0.2)
             assert recorder.payloads() == [{"queue": "fresh", "partition": "p"}]
         assert m.stats()["messages_dropped"] == 5
@@ -535,20 +527,20 @@ async def test_frames_queued_before_a_disconnect_are_discarded_on_reconnect():
     async with mesh("queen-a", peers=[(HOST, port)], dead_threshold_ms=60_000) as (m, _, _):
         link = m.links[0]
         async with stalled_server_on(port) as writers:
-            await wait_until(lambda: link.connected, timeout=8)
+            await wait_until_async(lambda: link.connected, timeout=8)
             await fill_until_full(m, big)
             for w in writers:  # the peer goes away with a full queue
                 w.transport.abort()
-        await wait_until(lambda: not link.connected)
+        await wait_until_async(lambda: not link.connected)
         assert len(link.queue) == SEND_QUEUE_SIZE  # still queued while down...
         dropped = link.dropped
         async with listener(port=port) as (_, state, recorder, _):
-            await wait_until(lambda: link.connected, timeout=8)
+            await wait_until_async(lambda: link.connected, timeout=8)
             # ...and discarded before `connected` became true.
             assert len(link.queue) == 0
             assert link.dropped == dropped + SEND_QUEUE_SIZE
             m.broadcast(MESSAGE_AVAILABLE, {"queue": "fresh", "partition": "p"})
-            await wait_until(lambda: recorder.frames)
+            await wait_until_async(lambda: recorder.frames)
             await asyncio.sleep(0.2)
             assert recorder.payloads() == [{"queue": "fresh", "partition": "p"}]
 
@@ -581,9 +573,9 @@ async def test_bind_failure_logs_and_keeps_sending(logs):
                            for line in logs)
                 assert any("mesh started: server_id=queen-a" in line and "peers=1" in line
                            and "auth=hmac" in line for line in logs)
-                await wait_until(lambda: m.links[0].connected)
+                await wait_until_async(lambda: m.links[0].connected)
                 m.broadcast(MESSAGE_AVAILABLE, {"queue": "q", "partition": "p"})
-                await wait_until(lambda: recorder.frames)
+                await wait_until_async(lambda: recorder.frames)
                 assert recorder.frames[0][2] == "queen-a"
 
 
@@ -604,7 +596,7 @@ async def test_a_recorded_hello_cannot_open_a_second_connection():
         first = raw.frame(MESSAGE_AVAILABLE, {"queue": "q", "partition": "p"})
         reader, writer = await connect(port)
         writer.write(raw.hello + first)
-        await wait_until(lambda: recorder.frames)
+        await wait_until_async(lambda: recorder.frames)
         # Same bytes on a new connection while the original is open...
         r2, w2 = await connect(port)
         w2.write(raw.hello + first)
@@ -612,7 +604,7 @@ async def test_a_recorded_hello_cannot_open_a_second_connection():
         w2.close()
         writer.close()
         # ...and after it closed.
-        await wait_until(lambda: state.inbound_connections == 0)
+        await wait_until_async(lambda: state.inbound_connections == 0)
         r3, w3 = await connect(port)
         w3.write(raw.hello + first)
         await assert_closed_without_bytes(r3)
@@ -657,7 +649,7 @@ async def test_silent_connection_after_hello_is_closed_as_idle():
 async def test_connections_past_the_cap_are_refused():
     async with listener(max_connections=3) as (port, state, _, _):
         held = [await connect(port) for _ in range(3)]
-        await wait_until(lambda: state.inbound_connections == 3)
+        await wait_until_async(lambda: state.inbound_connections == 3)
         reader, writer = await connect(port)
         with contextlib.suppress(ConnectionResetError):
             await assert_closed_without_bytes(reader)
@@ -665,12 +657,12 @@ async def test_connections_past_the_cap_are_refused():
         assert state.rejections["cap"] == 1
         for _, w in held:
             w.close()
-        await wait_until(lambda: state.inbound_connections == 0)
+        await wait_until_async(lambda: state.inbound_connections == 0)
         # Room again: a legitimate peer gets in.
         link = PeerLink(HOST, port)
         peer = MeshPeer.start(link, server_id="good", secret=SECRET, heartbeat_ms=100)
         try:
-            await wait_until(lambda: "good" in state.last_seen)
+            await wait_until_async(lambda: "good" in state.last_seen)
         finally:
             await peer.stop(block=False)
 
@@ -692,7 +684,7 @@ async def test_rejections_are_logged_at_most_a_burst_per_window(logs):
             writer.write(b"\x00\x00\x00\x00")
             await assert_closed_without_bytes(reader)
             writer.close()
-        await wait_until(lambda: state.rejections["framing"] == 15)
+        await wait_until_async(lambda: state.rejections["framing"] == 15)
         lines = [line for line in logs if "mesh: closed connection" in line]
         assert len(lines) == 10
 
@@ -715,10 +707,10 @@ async def test_mutual_tls_pair_and_refused_clients(pki):
         mesh("queen-a", port_a, [(HOST, port_b)], tls=mesh_tls(pki, "a")) as (a, _, a_rec),
         mesh("queen-b", port_b, [(HOST, port_a)], tls=mesh_tls(pki, "b")) as (b, _, b_rec),
     ):
-        await wait_until(lambda: a.links[0].connected and b.links[0].connected
+        await wait_until_async(lambda: a.links[0].connected and b.links[0].connected
                          and b.stats()["servers_alive"] == 1)
         a.broadcast(MAINTENANCE_MODE_SET, {"enabled": True})
-        await wait_until(lambda: b_rec.frames)
+        await wait_until_async(lambda: b_rec.frames)
         assert b_rec.frames == [(MAINTENANCE_MODE_SET, {"enabled": True}, "queen-a")]
         assert b.stats()["tls"] is True
 

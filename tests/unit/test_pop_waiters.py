@@ -17,10 +17,14 @@ from actors.pop_waiters import (
     backoff_interval_ms,
     long_poll,
 )
+from tests.waiting import wait_until_async
 
 DEFAULTS = {"initial_ms": 100, "threshold": 3, "multiplier": 2.0, "max_ms": 1000}
-# A timer so long that a test finishing quickly proves a wake did it.
-SLOW_TIMER = {"initial_ms": 5000, "threshold": 3, "multiplier": 2.0, "max_ms": 5000}
+# A timer so long that a test finishing well within WAKE_BOUND_S proves a wake did it: a wake
+# answers in milliseconds, so the bound is wide enough for a loaded machine and still far
+# below the timer.
+SLOW_TIMER = {"initial_ms": 60_000, "threshold": 3, "multiplier": 2.0, "max_ms": 60_000}
+WAKE_BOUND_S = 10
 
 
 class FakeAttempt:
@@ -45,11 +49,9 @@ async def registry():
 
 
 async def wait_parked(registry, count: int) -> None:
-    for _ in range(200):
-        if await registry.proxy().parked_count() == count:
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"expected {count} parked pops")
+    async def parked() -> bool:
+        return await registry.proxy().parked_count() == count
+    await wait_until_async(parked, 5, f"{count} parked pops")
 
 
 # --- backoff schedule -----------------------------------------------------
@@ -132,12 +134,12 @@ async def test_wake_makes_a_parked_poll_recheck_long_before_the_timer(registry):
     attempt = FakeAttempt([], ["msg"])
     started = time.monotonic()
     poll = asyncio.create_task(
-        long_poll(registry, "q", attempt, started + 30, **SLOW_TIMER)
+        long_poll(registry, "q", attempt, started + 120, **SLOW_TIMER)
     )
     await wait_parked(registry, 1)
     await registry.proxy().wake("q", "p7")
-    assert await asyncio.wait_for(poll, timeout=2) == ["msg"]
-    assert time.monotonic() - started < 2  # the 5 s timer never fired
+    assert await asyncio.wait_for(poll, timeout=WAKE_BOUND_S) == ["msg"]
+    assert time.monotonic() - started < WAKE_BOUND_S  # the 60 s timer never fired
     assert attempt.calls == [[], ["p7"]]  # the woken attempt got the hint
     await wait_parked(registry, 0)
 
@@ -145,7 +147,7 @@ async def test_wake_makes_a_parked_poll_recheck_long_before_the_timer(registry):
 async def test_wake_on_another_queue_does_not_wake_it(registry):
     attempt = FakeAttempt()
     poll = asyncio.create_task(
-        long_poll(registry, "q", attempt, time.monotonic() + 30, **SLOW_TIMER)
+        long_poll(registry, "q", attempt, time.monotonic() + 120, **SLOW_TIMER)
     )
     await wait_parked(registry, 1)
     assert await registry.proxy().wake("other", "p1") == 0
@@ -159,31 +161,68 @@ async def test_wake_on_another_queue_does_not_wake_it(registry):
 async def test_any_queue_waiter_is_woken_by_a_push_to_any_queue(registry):
     attempt = FakeAttempt([], ["msg"])
     poll = asyncio.create_task(
-        long_poll(registry, None, attempt, time.monotonic() + 30, **SLOW_TIMER)
+        long_poll(registry, None, attempt, time.monotonic() + 120, **SLOW_TIMER)
     )
     await wait_parked(registry, 1)
     assert await registry.proxy().wake("whatever", "p1") == 1
-    assert await asyncio.wait_for(poll, timeout=2) == ["msg"]
+    assert await asyncio.wait_for(poll, timeout=WAKE_BOUND_S) == ["msg"]
     assert attempt.calls == [[], []]  # no per-queue mailbox for discovery pops
 
 
-async def test_deadline_returns_the_empty_result_without_oversleeping(registry):
+class FakeClock:
+    """``time.monotonic`` for pop_waiters, moved on only by the fake wait below."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+async def test_deadline_clips_the_last_sleep_and_returns_the_empty_result(registry, monkeypatch):
+    # On a fake clock, so the schedule is exact whatever the machine's load: every wait
+    # times out after exactly the timeout it was given.
+    import actors.pop_waiters as pop_waiters
+
+    clock = FakeClock()
+    waits: list[int] = []
+
+    async def timer_fires(event: asyncio.Event, timeout: float) -> bool:
+        waits.append(round(timeout * 1000))
+        clock.now += timeout
+        return False
+
+    monkeypatch.setattr(pop_waiters, "time", clock)
+    monkeypatch.setattr(pop_waiters, "_wait_for_wake", timer_fires)
     attempt = FakeAttempt()
-    started = time.monotonic()
-    deadline = started + 0.35
+    deadline = clock.now + 0.35
     result = await long_poll(registry, "q", attempt, deadline, **DEFAULTS)
+    assert result == []
+    # Re-checks after 0.1, 0.2 and 0.3 s; the last sleep is clipped to the 50 ms left, and
+    # the poll returns at the deadline without another attempt.
+    assert waits == [100, 100, 100, 50]
+    assert len(attempt.calls) == 4
+    assert clock.now == pytest.approx(deadline)
+    await wait_parked(registry, 0)
+
+
+async def test_deadline_answers_long_before_the_next_timer(registry):
+    # On the real clock: the next re-check is a minute away, so a poll that slept it out
+    # instead of stopping at its deadline would answer ~60 s late. The bound is generous
+    # (a loaded machine delays the loop by far less) and still catches that.
+    attempt = FakeAttempt()
+    deadline = time.monotonic() + 0.3
+    result = await long_poll(registry, "q", attempt, deadline, **SLOW_TIMER)
     finished = time.monotonic()
     assert result == []
-    assert deadline <= finished < deadline + 0.1
-    # Re-checks at ~0.1, 0.2, 0.3 s; the last sleep is clipped to the deadline.
-    assert len(attempt.calls) == 4
+    assert deadline <= finished < deadline + WAKE_BOUND_S
     await wait_parked(registry, 0)
 
 
 async def test_cancelling_the_poll_unparks_it_and_stops_attempts(registry):
     attempt = FakeAttempt()
     poll = asyncio.create_task(
-        long_poll(registry, "q", attempt, time.monotonic() + 30, **SLOW_TIMER)
+        long_poll(registry, "q", attempt, time.monotonic() + 120, **SLOW_TIMER)
     )
     await wait_parked(registry, 1)
     poll.cancel()
@@ -208,14 +247,13 @@ async def test_a_wake_during_an_attempt_is_not_lost(registry):
         return ["msg"] if len(calls) == 3 else []
 
     poll = asyncio.create_task(
-        long_poll(registry, "q", attempt, time.monotonic() + 30, **SLOW_TIMER)
+        long_poll(registry, "q", attempt, time.monotonic() + 120, **SLOW_TIMER)
     )
     await wait_parked(registry, 1)
     await registry.proxy().wake("q", "p1")
-    while len(calls) < 2:
-        await asyncio.sleep(0.005)
+    await wait_until_async(lambda: len(calls) >= 2, 5, "the woken re-check")
     release.set()
-    assert await asyncio.wait_for(poll, timeout=2) == ["msg"]
+    assert await asyncio.wait_for(poll, timeout=WAKE_BOUND_S) == ["msg"]
     assert calls == [[], ["p1"], ["p2"]]
 
 

@@ -16,6 +16,7 @@ import pytest
 
 import actors.spool as spool_mod
 from actors.spool import Spool, SpoolBacklog, SpoolError, SpoolFull, encode_records, read_records
+from tests.waiting import wait_until_async
 
 
 class Unreachable(ConnectionError):
@@ -83,27 +84,13 @@ def files(directory: Path, suffix: str) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.name.endswith(suffix))
 
 
-async def until(cond, timeout: float = 3.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        if loop.time() > end:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
-
-
 async def until_stats(spool, cond, timeout: float = 3.0) -> dict:
     """Wait until the spool's own stats satisfy ``cond`` (files vanish from
     disk a moment before the actor has counted them out)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
+    async def satisfied() -> dict | None:
         stats = await spool.stats()
-        if cond(stats):
-            return stats
-        if loop.time() > end:
-            raise AssertionError(f"stats never satisfied the condition: {stats}")
-        await asyncio.sleep(0.005)
+        return stats if cond(stats) else None
+    return await wait_until_async(satisfied, timeout, "the spool's stats to satisfy the condition")
 
 
 class FixedClock:
@@ -206,11 +193,11 @@ async def test_replays_in_per_partition_push_order_in_chunks(make, db, sdir):
               for n in range(0, 10, 2)]
     for push in pushes:
         await spool.append(push)
-    await until(lambda: len(db.rows) == 20)
+    await wait_until_async(lambda: len(db.rows) == 20)
     assert db.tids("a") == [f"a-{i}" for i in range(10)]
     assert db.tids("b") == [f"b-{i}" for i in range(10)]
     assert max(db.chunks) <= 3
-    await until(lambda: files(sdir, ".buf") == [])
+    await wait_until_async(lambda: files(sdir, ".buf") == [])
     stats = await until_stats(spool, lambda st: st["pendingCount"] == 0)
     assert stats["pendingFiles"] == 0 and stats["dbHealthy"]
 
@@ -224,9 +211,9 @@ async def test_pause_holds_everything_resume_drains(make, db, sdir):
     assert files(sdir, ".buf") == [] and len(files(sdir, ".tmp")) == 1  # not even finalized
     assert await spool.recover() == 0  # booting with maintenance on replays nothing
     await spool.resume()
-    await until(lambda: len(db.rows) == 3)
+    await wait_until_async(lambda: len(db.rows) == 3)
     assert db.tids() == ["a", "b", "c"]
-    await until(lambda: not [n for n in os.listdir(sdir) if n.startswith("queen-")])
+    await wait_until_async(lambda: not [n for n in os.listdir(sdir) if n.startswith("queen-")])
     await spool.pause()
     await spool.append([ev("d")])
     await asyncio.sleep(0.03)
@@ -238,12 +225,12 @@ async def test_append_is_not_blocked_by_a_slow_replay(make, db, sdir):
     db.gate = asyncio.Event()
     spool = make().proxy()
     await spool.append([ev("a")])
-    await until(lambda: db.calls == 1)  # the drain is stuck inside replay
+    await wait_until_async(lambda: db.calls == 1)  # the drain is stuck inside replay
     for i in range(5):
         await asyncio.wait_for(spool.append([ev(f"b{i}")]), 0.5)
     assert (await asyncio.wait_for(spool.stats(), 0.5))["pendingCount"] == 6
     db.gate.set()
-    await until(lambda: len(db.rows) == 6)
+    await wait_until_async(lambda: len(db.rows) == 6)
     assert db.tids() == ["a"] + [f"b{i}" for i in range(5)]
 
 
@@ -255,11 +242,11 @@ async def test_replaying_a_file_twice_inserts_nothing_twice(make, db, sdir, tmp_
     (buf,) = files(sdir, ".buf")
     shutil.copy(buf, tmp_path / "copy")
     await spool.resume()
-    await until(lambda: not buf.exists())
+    await wait_until_async(lambda: not buf.exists())
     assert db.tids() == ["a", "b", "c"]
     shutil.copy(tmp_path / "copy", buf)  # as if the delete never happened
     await spool.kick()
-    await until(lambda: not buf.exists())
+    await wait_until_async(lambda: not buf.exists())
     assert db.tids() == ["a", "b", "c"] and db.duplicates == 3
     assert (await spool.stats())["pendingCount"] == 0  # never negative
 
@@ -272,7 +259,7 @@ async def test_torn_last_record_still_replays_everything_before(make, db, sdir):
     (buf,) = files(sdir, ".buf")
     os.truncate(buf, buf.stat().st_size - 7)
     await spool.resume()
-    await until(lambda: not buf.exists())
+    await wait_until_async(lambda: not buf.exists())
     assert db.tids() == ["t0", "t1", "t2", "t3"]
 
 
@@ -302,7 +289,7 @@ async def test_recover_stops_at_first_failure_and_drain_continues(make, db, sdir
     assert await spool.recover() == 0
     assert len(files(sdir, ".buf")) == 3
     db.down = False
-    await until(lambda: len(db.rows) == 3)
+    await wait_until_async(lambda: len(db.rows) == 3)
     assert db.tids() == ["f0", "f1", "f2"]
 
 
@@ -312,14 +299,14 @@ async def test_transient_failures_keep_files_in_place_then_drain(make, db, sdir)
     spool = make(flush_ms=1, cooldown_after=1000).proxy()
     await spool.append([ev("a")])
     await spool.append([ev("b")])
-    await until(lambda: db.calls >= 20)
+    await wait_until_async(lambda: db.calls >= 20)
     assert (await spool.stats())["dbHealthy"] is False
     assert os.listdir(sdir / "failed") == []
     assert len(files(sdir, ".buf")) >= 1 and db.rows == []
     db.down = False
-    await until(lambda: len(db.rows) == 2)
+    await wait_until_async(lambda: len(db.rows) == 2)
     assert db.tids() == ["a", "b"]
-    await until(lambda: files(sdir, ".buf") == [])
+    await wait_until_async(lambda: files(sdir, ".buf") == [])
     stats = await until_stats(spool, lambda st: st["pendingCount"] == 0)
     assert stats["dbHealthy"] is True
     assert stats["failedFiles"]["count"] == 0
@@ -329,11 +316,11 @@ async def test_transient_failures_cool_down(make, db, sdir):
     db.down = True
     spool = make(flush_ms=1, cooldown_after=3, cooldown_s=0.3).proxy()
     await spool.append([ev("a")])
-    await until(lambda: db.calls >= 3)
+    await wait_until_async(lambda: db.calls >= 3)
     await asyncio.sleep(0.1)
     assert db.calls == 3  # cooling down
     db.down = False
-    await until(lambda: len(db.rows) == 1, timeout=2)
+    await wait_until_async(lambda: len(db.rows) == 1, timeout=2)
 
 
 async def test_a_rejected_event_is_quarantined_alone_and_its_neighbours_commit(make, db, sdir):
@@ -348,7 +335,7 @@ async def test_a_rejected_event_is_quarantined_alone_and_its_neighbours_commit(m
     await spool.finalize()
     head = files(sdir, ".buf")[0].name
     await spool.resume()
-    await until(lambda: "ok4" in db.tids())
+    await wait_until_async(lambda: "ok4" in db.tids())
     assert db.tids() == ["ok1", "ok3", "ok4"]
     assert files(sdir, ".buf") == [] and os.listdir(sdir / "failed") == []
     (entry,) = await spool.quarantine_list()
@@ -366,7 +353,7 @@ async def test_bisection_keeps_order_around_several_rejected_events(make, db, sd
     spool = make(start_paused=True, flush_ms=2, max_batch=10).proxy()
     await spool.append([ev(f"t{i:02d}") for i in range(12)])
     await spool.resume()
-    await until(lambda: "t11" in db.tids())
+    await wait_until_async(lambda: "t11" in db.tids())
     assert db.tids() == [f"t{i:02d}" for i in range(12) if i not in (3, 7)]
     assert [e["transactionId"] for e in await spool.quarantine_list()] == ["t03", "t07"]
     assert db.calls <= 2 + 2 * 2 * 4  # the two chunks, plus ~2 log2(10) per rejected event
@@ -444,7 +431,7 @@ async def test_replaying_a_quarantined_event_that_is_still_refused_keeps_it(make
     spool = make(start_paused=True, flush_ms=2).proxy()
     await spool.append([ev("bad")])
     await spool.resume()
-    await until(lambda: db.calls >= 1)
+    await wait_until_async(lambda: db.calls >= 1)
     for _ in range(600):  # the entry is written right after the rejection
         if entries := await spool.quarantine_list():
             break
@@ -516,7 +503,7 @@ async def test_disk_full_midway_leaves_no_partial_request(make, db, sdir, monkey
     await spool.append([ev("c1")])
     assert (await spool.stats())["healthy"] is True
     await spool.resume()
-    await until(lambda: len(db.rows) == 3)
+    await wait_until_async(lambda: len(db.rows) == 3)
     await asyncio.sleep(0.02)
     assert db.tids() == ["a1", "a2", "c1"]
 
@@ -569,12 +556,12 @@ async def test_backlog_holds_until_replay_returned(make, db, sdir):
     backlog = await spool.backlog_ref()
     db.probe = lambda when, events: seen.append((when, backlog.count("q", "a"), backlog.count("q", "b")))
     await spool.append([ev("a0", "a"), ev("a1", "a"), ev("a2", "a"), ev("b0", "b")])
-    await until(lambda: db.calls == 1)  # the drain is stuck inside the first chunk's replay
+    await wait_until_async(lambda: db.calls == 1)  # the drain is stuck inside the first chunk's replay
     await asyncio.sleep(0.02)
     assert backlog.holds([("q", "a")]) and backlog.holds([("q", "b")])
     assert backlog.total() == 4
     db.gate.set()
-    await until(lambda: backlog.total() == 0)
+    await wait_until_async(lambda: backlog.total() == 0)
     assert not backlog.holds([("q", "a")]) and not backlog.holds([("q", "b")])
     assert db.tids() == ["a0", "a1", "a2", "b0"]
     # each chunk still counted while its transaction ran, even once committed;
@@ -589,12 +576,12 @@ async def test_backlog_holds_pushes_spooled_during_a_drain(make, db, sdir):
     spool = make().proxy()
     backlog = await spool.backlog_ref()
     await spool.append([ev("a0", "a")])
-    await until(lambda: db.calls == 1)
+    await wait_until_async(lambda: db.calls == 1)
     await spool.append([ev("a1", "a")])  # sticky: the broker diverted it here
     assert backlog.count("q", "a") == 2
     db.gate.set()
-    await until(lambda: db.calls == 2)
-    await until(lambda: backlog.total() == 0)
+    await wait_until_async(lambda: db.calls == 2)
+    await wait_until_async(lambda: backlog.total() == 0)
     assert db.tids() == ["a0", "a1"]
 
 
@@ -674,12 +661,12 @@ async def test_backlog_keeps_counts_through_transient_failures(make, db, sdir):
     backlog = await spool.backlog_ref()
     await spool.append([ev("a0", "a"), ev("b0", "b")])
     await spool.append([ev("a1", "a")])
-    await until(lambda: db.calls >= 10)
+    await wait_until_async(lambda: db.calls >= 10)
     assert counts(backlog) == {("q", "a"): 2, ("q", "b"): 1}
     assert await spool.recover() == 0
     assert counts(backlog) == {("q", "a"): 2, ("q", "b"): 1}
     db.down = False
-    await until(lambda: backlog.total() == 0)
+    await wait_until_async(lambda: backlog.total() == 0)
     assert db.tids() == ["a0", "b0", "a1"]
 
 

@@ -5,8 +5,14 @@ import asyncpg
 import pytest
 
 from broker.http import error
-from broker.store.db import (StoreBusy, StoreConflict, StoreError, StoreInvalidValue,
-                             StoreUnavailable, _mapped_errors)
+from broker.store.db import (
+    StoreBusy,
+    StoreConflict,
+    StoreError,
+    StoreInvalidValue,
+    StoreUnavailable,
+    _mapped_errors,
+)
 
 
 def mapped(exc: BaseException) -> StoreError | StoreUnavailable:

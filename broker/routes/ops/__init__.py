@@ -2,8 +2,15 @@
 analytics, statistics jobs and metrics (api.md §10–§15)."""
 from __future__ import annotations
 
-from broker.routes.ops import (consumer_groups, message_admin, metrics, resources, stats, status,
-                               traces)
+from broker.routes.ops import (
+                               consumer_groups,
+                               message_admin,
+                               metrics,
+                               resources,
+                               stats,
+                               status,
+                               traces,
+)
 
 blueprints: list = [stats.bp, resources.bp, consumer_groups.bp, message_admin.bp, traces.bp,
                     status.bp, metrics.bp]

@@ -6,7 +6,8 @@ import decimal
 import time
 import uuid
 from collections import deque
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from broker.telemetry import telemetry
 from broker.wire import BadRequest, is_uuid, iso_milli, parse_timestamp, q_str
@@ -15,7 +16,7 @@ MAX_RANGE = dt.timedelta(days=92)
 
 
 def now_utc() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def time_range(a: Mapping[str, str], default: dt.timedelta = dt.timedelta(hours=1),
@@ -62,7 +63,7 @@ def series(rows, since: dt.datetime, until: dt.datetime, minutes: int) -> dict[s
     start = int(since.timestamp() // width * width)
     stop = int(until.timestamp() // width * width)
     # Sliced as a range, before formatting: from=1970&to=9999 would be 400,000 buckets.
-    stamps = [iso_milli(dt.datetime.fromtimestamp(t, dt.timezone.utc))
+    stamps = [iso_milli(dt.datetime.fromtimestamp(t, dt.UTC))
               for t in range(start, stop + 1, width)[:5000]]
     values = {iso_milli(r["ts"]): (float(r["n"]) if isinstance(r["n"], float) else r["n"])
               for r in rows}

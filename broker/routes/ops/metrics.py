@@ -20,12 +20,17 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse
 
 from broker.http import json
-from broker.routes.ops.common import (processed_rate, processed_total, pushed_rate,
-                                      pushed_total, requests_rate)
+from broker.routes.ops.common import (
+    processed_rate,
+    processed_total,
+    pushed_rate,
+    pushed_total,
+    requests_rate,
+)
+from broker.service.gauges import gauges
 from broker.store import ops
 from broker.store.db import StoreError, StoreUnavailable
 from broker.telemetry import telemetry
-from broker.service.gauges import gauges
 
 bp = Blueprint("ops_metrics")
 

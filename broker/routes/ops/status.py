@@ -9,12 +9,19 @@ import datetime as dt
 from sanic import Blueprint, Request
 
 from broker.http import args, error, json
-from broker.routes.ops.common import (bucket_minutes, camel_row, interval_minutes, now_utc,
-                                      plain, series, time_range)
+from broker.routes.ops.common import (
+    bucket_minutes,
+    camel_row,
+    interval_minutes,
+    now_utc,
+    plain,
+    series,
+    time_range,
+)
+from broker.service.gauges import gauges
 from broker.store import ops, ops_sql
 from broker.telemetry import telemetry
 from broker.wire import MAX_NAME, BadRequest, iso_milli, q_int, q_str
-from broker.service.gauges import gauges
 
 bp = Blueprint("ops_status")
 
