@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS queen.stats (
     updated_at          timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (stat_type, stat_key)
 );
-CREATE INDEX IF NOT EXISTS stats_queue_idx ON queen.stats (queue_name);
+SELECT queen.ensure_index('stats_queue_idx', $ddl$CREATE INDEX IF NOT EXISTS stats_queue_idx ON queen.stats (queue_name)$ddl$);
 
 -- One row per partition and kind that lost rows to the retention sweep.
 CREATE TABLE IF NOT EXISTS queen.retention_history (
@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS queen.retention_history (
     retention_type   text NOT NULL,   -- 'retention' | 'completed_retention' | 'max_wait_time_eviction'
     executed_at      timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS retention_history_executed_idx ON queen.retention_history (executed_at);
+SELECT queen.ensure_index('retention_history_executed_idx', $ddl$CREATE INDEX IF NOT EXISTS retention_history_executed_idx ON queen.retention_history (executed_at)$ddl$);
 
 -- Written by every replica, ungated, keyed by host/port/worker.
 CREATE TABLE IF NOT EXISTS queen.system_metrics (
@@ -82,14 +82,14 @@ CREATE TABLE IF NOT EXISTS queen.message_traces (
     worker_id      text,
     created_at     timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS message_traces_message_idx ON queen.message_traces (message_id, created_at);
+SELECT queen.ensure_index('message_traces_message_idx', $ddl$CREATE INDEX IF NOT EXISTS message_traces_message_idx ON queen.message_traces (message_id, created_at)$ddl$);
 
 CREATE TABLE IF NOT EXISTS queen.message_trace_names (
     trace_id   uuid NOT NULL REFERENCES queen.message_traces(id) ON DELETE CASCADE,
     trace_name text NOT NULL,
     PRIMARY KEY (trace_id, trace_name)
 );
-CREATE INDEX IF NOT EXISTS message_trace_names_name_idx ON queen.message_trace_names (trace_name);
+SELECT queen.ensure_index('message_trace_names_name_idx', $ddl$CREATE INDEX IF NOT EXISTS message_trace_names_name_idx ON queen.message_trace_names (trace_name)$ddl$);
 
 -- ---------------------------------------------------------------------------
 -- Additions for the background jobs (actors/leader_jobs.py, store/jobs_sql.py).
@@ -103,8 +103,21 @@ CREATE INDEX IF NOT EXISTS message_trace_names_name_idx ON queen.message_trace_n
 --                     nacks, dead-lettering, new groups, leases taken, released
 --                     or expired all change it)
 -- Both are NULL on queue/namespace/task/system rows.
-ALTER TABLE queen.stats ADD COLUMN IF NOT EXISTS scanned_last_seq bigint;
-ALTER TABLE queen.stats ADD COLUMN IF NOT EXISTS consumer_sig numeric;
+-- Added only when missing: ALTER TABLE takes an exclusive lock even when IF NOT
+-- EXISTS finds the column, and a booting broker then deadlocked with a running
+-- broker's stats cycle.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'queen.stats'::regclass
+                   AND attname = 'scanned_last_seq' AND NOT attisdropped) THEN
+        ALTER TABLE queen.stats ADD COLUMN scanned_last_seq bigint;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'queen.stats'::regclass
+                   AND attname = 'consumer_sig' AND NOT attisdropped) THEN
+        ALTER TABLE queen.stats ADD COLUMN consumer_sig numeric;
+    END IF;
+END;
+$$;
 
 -- Partitions that lost message or dead-letter rows since the stats reconciler
 -- last looked (retention, eviction, queue deletion, any manual DELETE). Filled
