@@ -307,6 +307,8 @@ class Spool(AsyncioActor):
         self._raw_quarantined: set[str] = set()  # .buf names whose unparseable records are set aside
         self._file_first: dict[str, dict[tuple[str, str], int]] = {}  # .buf name -> pair -> first accept
         self._draining: tuple[str, list[dict]] | None = None  # the file being replayed, its events
+        self._draining_stat: tuple = ()  # (size, mtime) it had when read
+        self._draining_next: list[int] = []  # its events' next accept times (_next_accepts)
 
         # the cluster-wide order (queen.spool_backlog)
         self._last_accept = 0  # accept times only rise, also when the wall clock steps back
@@ -317,6 +319,7 @@ class Spool(AsyncioActor):
         self._late_pairs: Counter = Counter()  # bounded: the partitions with the most
         self.waiting_for: str | None = None
         self._registration_ok = False  # the last registration reached PostgreSQL
+        self._next_sync = 0.0  # loop time of the next registration sync while draining
         self._settle_until = 0.0  # after an outage: peers register before anyone replays
         if register is not None:
             self._register_dirty = True  # a crash may have left rows of ours behind
@@ -711,6 +714,15 @@ class Spool(AsyncioActor):
         registered before the merge begins."""
         if self._register is None:
             return True
+        now = asyncio.get_running_loop().time()
+        if (self._registration_ok and not self._register_dirty and not self._paused
+                and now < self._next_sync):
+            # While PostgreSQL takes writes and the drain runs, new partitions
+            # enter this spool only as held pushes, which PostgreSQL registered
+            # itself, and replays move our rows on: a sync (and beat) every
+            # REGISTRATION_SYNC_S is enough, not one per 10 ms retry.
+            return True
+        self._next_sync = now + REGISTRATION_SYNC_S
         want = self._oldest_map()
         if not want and not self._registered and not self._register_dirty:
             return True
@@ -784,43 +796,36 @@ class Spool(AsyncioActor):
         ok | transient | permanent | quarantined | paused | gone."""
         name = path.name
         try:
-            events, bad, torn = await asyncio.to_thread(read_records, path, True)
+            stat = await asyncio.to_thread(_stat_key, path)
         except FileNotFoundError:
             self._forget(name)
             return "gone", 0
         except OSError as exc:
             logger.error("spool: cannot read {}: {}", name, exc)
             return self._unreadable(path, exc), 0
-        if name not in self._file_events:  # appeared behind our back (copied in, restored)
-            self._count_found(path)
-        if torn:
-            logger.warning("spool: {}: torn last record ignored (it was never acknowledged)", name)
-        if bad and name not in self._raw_quarantined:
-            try:
-                await self._quarantine_raw(name, bad)
-            except OSError as exc:
-                logger.error("spool: cannot quarantine unparseable records of {}: {}", name, exc)
-                return "permanent", 0
-        default = file_accept_us(name)
-        for event in events:  # written before accept times were recorded: the file's time
-            if not isinstance(event.get("acceptedAt"), int):
-                event["acceptedAt"] = default
-        self._draining = (name, events)
-        next_accept = self._next_accepts(name, events)
+        cached = self._draining
+        if cached is not None and cached[0] == name and self._draining_stat == stat:
+            # A finalized file never changes: parse it once, not every cycle (a
+            # merge that waits for peers comes back many times a second).
+            events, next_accept = cached[1], self._draining_next
+        else:
+            failed, events, next_accept = await self._load_for_drain(path, stat)
+            if failed is not None:
+                return failed, 0
         done_set = self._done.setdefault(name, set())
-        start = self._progress.get(name, 0)
-        todo = [k for k in range(start, len(events)) if k not in done_set]
+        pending_pairs = self._file_pairs.get(name) or {}  # pairs with unsettled events
         blocked: set[tuple[str, str]] = set()  # partitions waiting for a peer in this pass
-        done, pos = 0, 0
-        while pos < len(todo):
+        done, k = 0, self._progress.get(name, 0)
+        while k < len(events):
             if self._paused:
                 return "paused", done
+            if blocked and pending_pairs and blocked.issuperset(pending_pairs):
+                break  # everything left waits for a peer: no need to walk the rest
             batch: list[int] = []
-            while pos < len(todo) and len(batch) < self._max_batch:
-                k = todo[pos]
-                pos += 1
-                if event_pair(events[k]) not in blocked:
+            while k < len(events) and len(batch) < self._max_batch:
+                if k not in done_set and event_pair(events[k]) not in blocked:
                     batch.append(k)
+                k += 1
             if not batch:
                 break
             outcome, committed = await self._replay_indexes(name, events, next_accept, batch,
@@ -845,6 +850,37 @@ class Spool(AsyncioActor):
         self._db_healthy = True
         self._transient_streak = 0
         return "ok", done
+
+    async def _load_for_drain(self, path: Path,
+                              stat: tuple) -> tuple[str | None, list[dict], list[int]]:
+        """Read and prepare a file for the drain: ``(None, events, next_accept)``,
+        or ``(outcome, [], [])`` when it cannot be drained now."""
+        name = path.name
+        try:
+            events, bad, torn = await asyncio.to_thread(read_records, path, True)
+        except FileNotFoundError:
+            self._forget(name)
+            return "gone", [], []
+        except OSError as exc:
+            logger.error("spool: cannot read {}: {}", name, exc)
+            return self._unreadable(path, exc), [], []
+        if name not in self._file_events:  # appeared behind our back (copied in, restored)
+            self._count_found(path)
+        if torn:
+            logger.warning("spool: {}: torn last record ignored (it was never acknowledged)", name)
+        if bad and name not in self._raw_quarantined:
+            try:
+                await self._quarantine_raw(name, bad)
+            except OSError as exc:
+                logger.error("spool: cannot quarantine unparseable records of {}: {}", name, exc)
+                return "permanent", [], []
+        default = file_accept_us(name)
+        for event in events:  # written before accept times were recorded: the file's time
+            if not isinstance(event.get("acceptedAt"), int):
+                event["acceptedAt"] = default
+        next_accept = self._next_accepts(name, events)
+        self._draining, self._draining_stat, self._draining_next = (name, events), stat, next_accept
+        return None, events, next_accept
 
     async def _replay_indexes(self, name: str, events: list[dict], next_accept: list[int],
                               indexes: list[int], blocked: set[tuple[str, str]]) -> tuple[str, int]:
@@ -1135,11 +1171,17 @@ class Spool(AsyncioActor):
 # -- blocking helpers (run in a thread) ----------------------------------------------
 
 _WAITING_RETRY_S = 0.01  # a file waiting for a peer's spool is looked at again this soon
+REGISTRATION_SYNC_S = 0.5  # how often a draining spool syncs its queen.spool_backlog rows
 
 
 def _describe(exc: BaseException) -> str:
     text = str(exc) or exc.__class__.__name__
     return text if len(text) < 2000 else text[:2000] + "..."
+
+
+def _stat_key(path: Path) -> tuple:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 def _size(path: Path) -> int:
