@@ -22,21 +22,27 @@ snapshots the epoch on `take`; an "empty" check-in clears the entry only if
 the epoch is unchanged, so a push racing with the claim leaves a candidate
 behind rather than losing one.
 
-Typical pop flow::
+Typical pop flow (broker/service/pop.py ``claim``)::
 
-    t = hl.take(queue, group, k)
+    t = hl.take(queue, group, k)     # candidates become INFLIGHT
+    taken = t.entries
     if t.needs_seed:                 # cold ring, or the reseed floor is due
         try:
             parts = await scan_pending_partitions(queue, group)
         except Exception:
             hl.seed_aborted(queue, group)
+            hl.check_in(queue, group, requeue(taken))
             raise
-        if hl.seed(queue, group, parts):
-            wake_parked_pops(queue)
-        if not t.entries:
-            t = hl.take(queue, group, k)
-    verdicts = await claim(t.entries)       # SQL
-    hl.check_in(queue, group, verdicts)
+        hl.seed(queue, group, parts)
+        taken += hl.take(queue, group, k - len(taken)).entries
+    verdicts = await claim(taken)    # SQL
+    hl.check_in(queue, group, verdicts)   # every taken candidate, or it stays INFLIGHT
+
+The booleans that ``mark``, ``seed`` and ``ack_released`` return say whether
+a ring gained READY candidates (parked pops would find something). The broker
+does not need them: it wakes the queue's parked pops after every commit and
+every released lease anyway (actors/hints.py), and a woken pop that finds
+nothing parks again.
 
 `HotList` holds all the logic; `HotListActor` wraps one so a single asyncio
 task owns the state.
@@ -189,8 +195,7 @@ class HotList:
         """A push to (queue, partition) committed; `remote`: a peer's HOTLIST_DIRTY hint.
 
         Marks the partition in every existing ring of the queue. True when
-        some ring had it IDLE (the empty->pending transition): wake the
-        queue's parked pops. A local mark also queues a mesh dirty hint
+        some ring had it IDLE (the empty->pending transition). A local mark also queues a mesh dirty hint
         (coalesced per partition until drained); a remote one never does.
         """
         if not remote:
@@ -332,7 +337,7 @@ class HotList:
     def ack_released(self, queue: str, group: str, partition: str) -> bool:
         """An ack released the group's lease on (queue, partition).
 
-        A WHEEL entry is promoted to READY now (True: wake parked pops); an
+        A WHEEL entry is promoted to READY now (True); an
         INFLIGHT one gets its epoch bumped so an "empty" verdict keeps it.
         """
         ring = self._rings.get(queue, {}).get(group)
@@ -359,7 +364,7 @@ class HotList:
         than `stranded_after_s` become READY whether listed or not (their pop
         vanished); READY and WHEEL entries keep their state. Resets the
         group's reseed clock. True if anything became READY (or, on the cold
-        seed, if the ring has READY entries at all): wake parked pops.
+        seed, if the ring has READY entries at all).
         """
         now = self.clock() if now is None else now
         ring = self._ring(queue, group)

@@ -6,8 +6,10 @@ its queue. A parked pop holds no database connection: `long_poll()` runs in
 the HTTP handler's task and only talks to the registry through messages, so
 the registry actor never does database work.
 
-Wakes are local to this process; pushes made through other broker instances
-are only seen by the backoff timer.
+Wakes come from this broker's own commits (pushes, and acks that release a
+lease) and, with a mesh, from the peers' (actors/hints.py sends and receives
+both); without a mesh, a push through another broker is seen at the backoff
+re-check.
 """
 
 from __future__ import annotations

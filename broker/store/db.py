@@ -2,7 +2,7 @@
 
 Every public coroutine is one round trip for one request (or one fold of
 several requests), and raises :class:`StoreUnavailable` when PostgreSQL cannot
-be reached, so routes can answer 503 (and, later, the spool can take pushes).
+be reached, so routes can answer 503 and pushes can go to the spool.
 """
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Every SQL statement the broker runs, as named and documented blocks.
+"""The data path's SQL statements, as named and documented blocks (operator
+queries are in ops_sql.py, the leader jobs' in jobs_sql.py, the message
+figures in figures_sql.py, the schema in the .sql files).
 
 The heavy lifting of push, pop and ack lives in server-side functions
 (functions.sql) so that each request is a single round trip.
