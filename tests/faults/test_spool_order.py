@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import start_broker
 from tests.faults.test_maintenance_and_outage import db, maintenance, own_pg, stored  # noqa: F401
+from tests.waiting import wait_until_async
 
 PARTITIONS = ("k0", "k1", "k2", "k3")
 
@@ -56,6 +57,19 @@ async def wait_stored(database, queue: str, n: int, timeout: float) -> list:
         if len(rows) >= n or time.monotonic() > deadline:
             return rows
         await asyncio.sleep(0.2)
+
+
+async def spools_registered(database, queue: str, n: int) -> None:
+    """Wait until ``n`` spools list pushes of ``queue`` in queen.spool_backlog."""
+    conn = await asyncpg.connect(database.dsn)
+
+    async def registered() -> bool:
+        return await conn.fetchval("SELECT count(DISTINCT server_id) FROM queen.spool_backlog "
+                                   "WHERE queue_name = $1", queue) >= n
+    try:
+        await wait_until_async(registered, 10, "the spools registering their backlogs")
+    finally:
+        await conn.close()
 
 
 @pytest.fixture
@@ -132,18 +146,7 @@ async def test_a_killed_peer_holds_its_partitions_for_the_bounded_wait_only(
             txid = f"m{i}-{'ab'[i % 2]}"
             assert push_one(broker.url, queue_name, "p", txid) == "buffered"
             order.append(txid)
-        conn = await asyncpg.connect(db.dsn)
-        try:
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:  # both spools registered (they do so while paused)
-                if await conn.fetchval("SELECT count(DISTINCT server_id) FROM queen.spool_backlog "
-                                       "WHERE queue_name = $1", queue_name) == 2:
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("the spools did not register their backlogs")
-        finally:
-            await conn.close()
+        await spools_registered(db, queue_name, 2)  # they do so while paused
         backlog = httpx.get(b.url + "/api/v1/system/maintenance").json()["clusterBacklog"]
         assert sorted((x["partitions"], x["spool"].split("-")[1]) for x in backlog
                       if x["spool"].startswith("kill-")) == [(1, "a"), (1, "b")]
@@ -187,15 +190,7 @@ async def test_spools_merge_when_maintenance_ends_on_one_broker_first(
             broker = (a, b)[i % 2]
             assert push_one(broker.url, queue_name, "p", f"s{i:02d}") == "buffered"
             order.append(f"s{i:02d}")
-        conn = await asyncpg.connect(db.dsn)
-        try:
-            deadline = time.monotonic() + 10
-            while await conn.fetchval("SELECT count(DISTINCT server_id) FROM queen.spool_backlog "
-                                      "WHERE queue_name = $1", queue_name) < 2:
-                assert time.monotonic() < deadline, "the spools did not register"
-                await asyncio.sleep(0.05)
-        finally:
-            await conn.close()
+        await spools_registered(db, queue_name, 2)
         # Tell A only: B keeps its flag until its reconcile loop, a minute away.
         r = httpx.post(a.url + "/api/v1/system/maintenance", json={"enabled": False}, timeout=10)
         assert r.status_code == 200
