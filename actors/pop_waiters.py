@@ -178,6 +178,7 @@ async def long_poll(
     multiplier: float,
     max_ms: float,
     hint_count: int = 4,
+    recheck_by: Callable[[], float | None] = lambda: None,
 ) -> R:
     """Run `attempt` until it returns something truthy or `deadline` passes.
 
@@ -185,7 +186,9 @@ async def long_poll(
     nothing; `hints` are partitions recently pushed to (possibly empty).
     `deadline` is a `time.monotonic()` value. `queue=None` parks on the
     "any push" gate (pops that span queues). Returns the first truthy result,
-    or the last empty one at the deadline.
+    or the last empty one at the deadline. `recheck_by()` may name a
+    `time.monotonic()` moment the next attempt must not wait past (the end of
+    a lease the last attempt found: nothing wakes a pop when a lease expires).
     """
     result = await attempt([])
     if result or time.monotonic() >= deadline:
@@ -204,6 +207,9 @@ async def long_poll(
             interval = backoff_interval_ms(
                 empty_rechecks, initial_ms, threshold, multiplier, max_ms
             ) / 1000
+            due = recheck_by()
+            if due is not None:
+                interval = min(interval, max(0.0, due - time.monotonic()))
             if await _wait_for_wake(waiter.event, min(interval, remaining)):
                 # Clear before draining, so a wake during the next attempt
                 # makes the following wait return at once.

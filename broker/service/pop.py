@@ -25,6 +25,7 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> dict:
 
     lease_id = new_uuid7()
     last_kind = ["empty"]
+    next_lease_end: list[float | None] = [None]
 
     async def attempt(hints: list[str]) -> dict | None:
         if flags.pop:  # switched on while this pop was parked: answer empty
@@ -40,6 +41,11 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> dict:
             logger.warning("pop on {}: database unavailable, still waiting", req.queue or "*")
             return None
         messages = [r for r in rows if r["kind"] == "msg"]
+        lease_ends = [r["verdict_secs"] for r in rows if r["kind"] == "verdict"
+                      and r["verdict"] == "leased" and r["verdict_secs"] is not None]
+        # A lease this pop ran into ends without an event: look again right then.
+        next_lease_end[0] = (time.monotonic() + min(lease_ends) + LEASE_END_SLACK_S
+                             if lease_ends else None)
         if not messages:
             last_kind[0] = rows[-1]["kind"] if rows and rows[-1]["kind"] != "verdict" else "empty"
             return None
@@ -54,7 +60,8 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> dict:
                 initial_ms=settings.pop_wait_initial_interval_ms,
                 threshold=settings.pop_wait_backoff_threshold,
                 multiplier=settings.pop_wait_backoff_multiplier,
-                max_ms=settings.pop_wait_max_interval_ms)
+                max_ms=settings.pop_wait_max_interval_ms,
+                recheck_by=lambda: next_lease_end[0])
         finally:
             telemetry.long_polls_in_flight -= 1
         if result:
@@ -90,6 +97,10 @@ async def _ensure_subscription(ctx: BrokerContext, req: PopRequest) -> None:
             mode=req.subscription_mode, start=req.subscription_from)
         stored.add(key)
 
+
+# A parked pop that found a partition leased re-checks this long after the
+# lease's end (the clocks of PostgreSQL and the broker tick apart a little).
+LEASE_END_SLACK_S = 0.02
 
 # A leased partition is looked at again after at most this long, even when its
 # lease is longer: its lease may be released through another broker, whose ack

@@ -70,3 +70,27 @@ def test_a_pop_parked_on_a_leased_partition_is_served_when_the_lease_is_released
         # completed: the next message; failed: the same one again (retry)
         assert got == (["m1"] if ack_status == "completed" else ["m0"])
         assert answer["at"] - acked_at < WAKE_BOUND_S
+
+
+def test_a_pop_parked_on_a_leased_partition_is_served_when_the_lease_expires(
+        slow_recheck_broker, queue_name):
+    """Nothing wakes a pop when a lease expires (no ack arrives): a pop parked
+    on the leased partition re-checks at the lease's end, not at its 20 s
+    backoff. (A wildcard pop does not learn the lease's end: the partition
+    waits in the hot-list's wheel, and the pop's backoff re-check finds it.)"""
+    url = slow_recheck_broker.url
+    with httpx.Client(base_url=url, timeout=30) as http:
+        r = http.post("/api/v1/configure", json={"queue": queue_name,
+                                                 "options": {"leaseTime": 2}})
+        assert r.status_code == 200, r.text
+        assert http.post("/api/v1/push", json={"items": [
+            {"queue": queue_name, "transactionId": "m0", "payload": 0}]}).status_code == 200
+        first = http.get(f"/api/v1/pop/queue/{queue_name}", params={"batch": 1}).json()
+        assert [m["transactionId"] for m in first["messages"]] == ["m0"]  # never acked
+        leased_at = time.monotonic()
+        r = http.get(f"/api/v1/pop/queue/{queue_name}/partition/Default",
+                     params={"batch": 1, "wait": "true", "timeout": 15000})
+        waited = time.monotonic() - leased_at
+        assert [m["transactionId"] for m in r.json()["messages"]] == ["m0"]  # redelivered
+        assert r.json()["messages"][0]["retryCount"] >= 0
+        assert 1.5 <= waited < 2 + WAKE_BOUND_S  # at the lease's end, far below 20 s
