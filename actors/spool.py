@@ -813,7 +813,7 @@ class Spool(AsyncioActor):
             if failed is not None:
                 return failed, 0
         done_set = self._done.setdefault(name, set())
-        pending_pairs = self._file_pairs.get(name) or {}  # pairs with unsettled events
+        pending_pairs: Mapping[tuple[str, str], int] = self._file_pairs.get(name) or {}  # unsettled
         blocked: set[tuple[str, str]] = set()  # partitions waiting for a peer in this pass
         done, k = 0, self._progress.get(name, 0)
         while k < len(events):
