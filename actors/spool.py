@@ -849,6 +849,7 @@ class Spool(AsyncioActor):
         self._forget(name, fallback=len(events))
         self._db_healthy = True
         self._transient_streak = 0
+        self._register_dirty = True  # clear our rows for what this file held, not 0.5 s later
         return "ok", done
 
     async def _load_for_drain(self, path: Path,

@@ -165,8 +165,10 @@ $$;
 -- p_accept: each item's accept time (microseconds, clock of broker p_server).
 --
 -- Direct push (p_replay false): items whose partition has a spool_backlog row
--- of a live broker (this one included) are not inserted but answered 'held'
--- (peer = one holder); the caller spools them, and this broker is registered
+-- of another live broker are not inserted but answered 'held' (peer = one
+-- holder). This broker's own rows do not hold it: the caller sends a partition
+-- its own spool still holds to that spool without asking, so an own row here
+-- is one the drain has not cleared yet. The caller spools held items, and this broker is registered
 -- as holding those partitions from the item's accept time on, in the same
 -- transaction, so nobody can commit past them before the spool drains.
 --
@@ -256,6 +258,7 @@ BEGIN
             INTO v_blocked, v_peers
             FROM (SELECT y.i, (SELECT b.server_id FROM queen.spool_backlog b
                                WHERE b.queue_name = y.qn AND b.partition_name = y.pn
+                                 AND b.server_id <> p_server
                                  AND NOT queen.spool_server_dead(b.server_id, p_server, p_wait_ms)
                                LIMIT 1) AS peer
                   FROM unnest(p_idx, p_queue, p_partition) AS y(i, qn, pn)) x
