@@ -109,11 +109,15 @@ class Take(NamedTuple):
     `needs_seed`: the caller must scan PostgreSQL and call `seed` (or
     `seed_aborted` if the scan fails); it is reported to one caller at a time.
     `entries`: (partition, epoch) candidates now INFLIGHT; each needs exactly
-    one verdict in a later `check_in`.
+    one verdict in a later `check_in`. `next_due`: when nothing could be
+    taken, the clock time at which the ring's wheel next makes a candidate
+    READY (a lease ends, a delay passes), or None: a pop that parks re-checks
+    then, since nothing wakes it when a lease merely expires.
     """
 
     needs_seed: bool
     entries: list[tuple[str, int]]
+    next_due: float | None = None
 
 
 class _Entry:
@@ -281,7 +285,8 @@ class HotList:
             entry.state = INFLIGHT
             entry.taken_at = now
             taken.append((partition, entry.epoch))
-        return Take(needs_seed, taken)
+        next_due = ring.wheel[0][0] if not taken and ring.wheel else None
+        return Take(needs_seed, taken, next_due)
 
     def check_in(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from loguru import logger
@@ -33,7 +34,8 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> dict:
             return None
         try:
             await _ensure_subscription(ctx, req)
-            rows = await claim(ctx, req, lease_id, hints)
+            claimed = await claim(ctx, req, lease_id, hints)
+            rows = claimed.rows
         except StoreUnavailable:
             if not req.wait:
                 raise
@@ -41,11 +43,13 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> dict:
             logger.warning("pop on {}: database unavailable, still waiting", req.queue or "*")
             return None
         messages = [r for r in rows if r["kind"] == "msg"]
-        lease_ends = [r["verdict_secs"] for r in rows if r["kind"] == "verdict"
-                      and r["verdict"] == "leased" and r["verdict_secs"] is not None]
-        # A lease this pop ran into ends without an event: look again right then.
-        next_lease_end[0] = (time.monotonic() + min(lease_ends) + LEASE_END_SLACK_S
-                             if lease_ends else None)
+        lease_ends = [time.monotonic() + r["verdict_secs"] for r in rows
+                      if r["kind"] == "verdict" and r["verdict"] == "leased"
+                      and r["verdict_secs"] is not None]
+        if claimed.next_due is not None:  # the hot-list's wheel: a lease it knows of ends
+            lease_ends.append(claimed.next_due)
+        # A lease ends without an event (no ack arrives): look again right then.
+        next_lease_end[0] = min(lease_ends) + LEASE_END_SLACK_S if lease_ends else None
         if not messages:
             last_kind[0] = rows[-1]["kind"] if rows and rows[-1]["kind"] != "verdict" else "empty"
             return None
@@ -112,7 +116,14 @@ LEASE_REVISIT_CAP_S = 5.0
 EXTRA_CANDIDATES = 3
 
 
-async def claim(ctx: BrokerContext, req: PopRequest, lease_id: str, hints: list[str]) -> list:
+@dataclass(frozen=True)
+class Claimed:
+    rows: list            # queen.pop_messages rows: messages and verdicts
+    next_due: float | None = None  # the hot-list's next wheel time (time.monotonic())
+
+
+async def claim(ctx: BrokerContext, req: PopRequest, lease_id: str,
+                hints: list[str]) -> Claimed:
     """One pop attempt. Wildcard pops on one queue take their candidates from
     the hot-list (seeding it from PostgreSQL on first use and when the reseed
     floor is due) and report back what PostgreSQL made of each: every
@@ -124,7 +135,7 @@ async def claim(ctx: BrokerContext, req: PopRequest, lease_id: str, hints: list[
                   task=req.task, group=req.group, batch=req.batch,
                   max_partitions=req.max_partitions, auto_ack=req.auto_ack, lease_id=lease_id)
     if hotlist is None or req.queue is None or req.partition is not None:
-        return await store.pop(**common, hints=hints)
+        return Claimed(await store.pop(**common, hints=hints))
 
     want = req.max_partitions + EXTRA_CANDIDATES
     take = await hotlist.take(req.queue, req.group, want)
@@ -147,11 +158,11 @@ async def claim(ctx: BrokerContext, req: PopRequest, lease_id: str, hints: list[
         # The ring has nothing: let PostgreSQL scan. A partition whose mark was
         # lost (a dropped mesh hint, a push through a broker with no mesh) is
         # then found on the pop's next re-check, not at the next reseed.
-        return await store.pop(**common, hints=hints)
+        return Claimed(await store.pop(**common, hints=hints), take.next_due)
     rows = await store.pop(**common, hints=candidates, only_hints=True)
     if taken:
         hotlist.check_in(req.queue, req.group, verdicts(taken, rows))
-    return rows
+    return Claimed(rows)
 
 
 def verdicts(taken: list[tuple[str, int]], rows: list) -> list[tuple]:

@@ -53,7 +53,7 @@ async def test_a_due_reseed_leaves_no_candidate_inflight(store):
         await claim(ctx, req, new_uuid7(), [])  # cold: seeds, then claims
         delivered = 1
         for _ in range(5):
-            rows = await claim(ctx, req, new_uuid7(), [])
+            rows = (await claim(ctx, req, new_uuid7(), [])).rows
             delivered += sum(1 for r in rows if r["kind"] == "msg")
             stats = await hotlist.stats()
             assert stats["inflight"] == 0, stats

@@ -72,12 +72,13 @@ def test_a_pop_parked_on_a_leased_partition_is_served_when_the_lease_is_released
         assert answer["at"] - acked_at < WAKE_BOUND_S
 
 
+@pytest.mark.parametrize("route", ["/partition/Default", ""])
 def test_a_pop_parked_on_a_leased_partition_is_served_when_the_lease_expires(
-        slow_recheck_broker, queue_name):
+        slow_recheck_broker, queue_name, route):
     """Nothing wakes a pop when a lease expires (no ack arrives): a pop parked
     on the leased partition re-checks at the lease's end, not at its 20 s
-    backoff. (A wildcard pop does not learn the lease's end: the partition
-    waits in the hot-list's wheel, and the pop's backoff re-check finds it.)"""
+    backoff; the claim's verdict says when (a partition pop), or the
+    hot-list's wheel does (a wildcard pop)."""
     url = slow_recheck_broker.url
     with httpx.Client(base_url=url, timeout=30) as http:
         r = http.post("/api/v1/configure", json={"queue": queue_name,
@@ -88,7 +89,7 @@ def test_a_pop_parked_on_a_leased_partition_is_served_when_the_lease_expires(
         first = http.get(f"/api/v1/pop/queue/{queue_name}", params={"batch": 1}).json()
         assert [m["transactionId"] for m in first["messages"]] == ["m0"]  # never acked
         leased_at = time.monotonic()
-        r = http.get(f"/api/v1/pop/queue/{queue_name}/partition/Default",
+        r = http.get(f"/api/v1/pop/queue/{queue_name}{route}",
                      params={"batch": 1, "wait": "true", "timeout": 15000})
         waited = time.monotonic() - leased_at
         assert [m["transactionId"] for m in r.json()["messages"]] == ["m0"]  # redelivered
