@@ -7,6 +7,8 @@ loopback, pointed at that database.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import socket
@@ -165,6 +167,19 @@ def base_url(broker) -> str:
 def queue_name() -> str:
     """A fresh queue name per test (``test-`` prefix, like Queen's own cleanup)."""
     return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def client(base_url):
+    """The official Python client (queen-mq) on the shared broker; its close
+    prints a line, kept out of the test output."""
+    from queen import Queen
+    q = Queen(base_url)
+    try:
+        yield q
+    finally:
+        with contextlib.redirect_stdout(io.StringIO()):
+            await q.close()
 
 
 @pytest.fixture

@@ -25,14 +25,6 @@ pytestmark = pytest.mark.timeout(60)
 
 # -- helpers ---------------------------------------------------------------------------------
 
-@pytest.fixture
-async def client(base_url):
-    q = Queen(base_url)
-    try:
-        yield q
-    finally:
-        with contextlib.redirect_stdout(io.StringIO()):
-            await q.close()
 
 
 async def configure(client: Queen, queue: str, **options) -> dict:

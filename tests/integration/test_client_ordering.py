@@ -23,14 +23,6 @@ DONE_WHEN_PARTITIONS = 16
 DONE_WHEN_PUSH_BATCH = 25
 
 
-@pytest.fixture
-async def client(base_url):
-    q = Queen(base_url)
-    try:
-        yield q
-    finally:
-        with contextlib.redirect_stdout(io.StringIO()):
-            await q.close()
 
 
 async def produce(client: Queen, queue: str, partition: str, producer: int, count: int,

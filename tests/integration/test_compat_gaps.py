@@ -8,8 +8,6 @@ Real broker processes on a real PostgreSQL; the client tests go through ``queen.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
 import uuid
 
 import httpx
@@ -21,14 +19,6 @@ from tests.conftest import db_fetch
 pytestmark = pytest.mark.timeout(90)
 
 
-@pytest.fixture
-async def client(base_url):
-    q = Queen(base_url)
-    try:
-        yield q
-    finally:
-        with contextlib.redirect_stdout(io.StringIO()):
-            await q.close()
 
 
 def push(http: httpx.Client, queue: str, values, partition: str = "Default") -> list[dict]:
