@@ -91,6 +91,23 @@ class BrokerProcess:
                 self.proc.wait(5)
 
 
+def wait_healthy(broker: BrokerProcess, timeout: float) -> BrokerProcess:
+    """The broker once its /health answers 200; stopped and raised if it exits
+    or stays unhealthy for ``timeout`` seconds (its log in the message)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if broker.proc.poll() is not None:
+            raise RuntimeError(f"broker exited with {broker.proc.returncode}:\n{broker.log()}")
+        try:
+            if httpx.get(broker.url + "/health", timeout=1).status_code == 200:
+                return broker
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    broker.stop()
+    raise RuntimeError(f"broker did not become healthy:\n{broker.log()}")
+
+
 def start_broker(database: Database, tmp: Path, **env_overrides: str) -> BrokerProcess:
     port = free_port()
     env = {**os.environ, **database.env(), "HOST": "127.0.0.1", "PORT": str(port),
@@ -102,18 +119,7 @@ def start_broker(database: Database, tmp: Path, **env_overrides: str) -> BrokerP
                             stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     broker = BrokerProcess(url, port, env, proc, log_path)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"broker exited with {proc.returncode}:\n{broker.log()}")
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return broker
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    broker.stop()
-    raise RuntimeError(f"broker did not become healthy:\n{broker.log()}")
+    return wait_healthy(broker, 30)
 
 
 @pytest.fixture(scope="session")

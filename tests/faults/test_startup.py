@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from broker.embedded_pg import EmbeddedPostgres
-from tests.conftest import ROOT, BrokerProcess, free_port
+from tests.conftest import ROOT, BrokerProcess, free_port, wait_healthy
 from tests.waiting import wait_until
 
 # Variables of the surrounding environment that would point a broker elsewhere.
@@ -45,18 +45,7 @@ def launch(tmp: Path, **env: str) -> BrokerProcess:
                             stdout=open(log_path, "wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{env['PORT']}"
     broker = BrokerProcess(url, int(env["PORT"]), env, proc, log_path)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"broker exited with {proc.returncode}:\n{broker.log()}")
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return broker
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    broker.stop()
-    raise RuntimeError(f"broker did not become healthy:\n{broker.log()}")
+    return wait_healthy(broker, 60)
 
 
 def run_to_exit(tmp: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
