@@ -41,13 +41,22 @@ class StartupError(Exception):
 
 
 def external_dsn(settings: Settings) -> str:
+    """A libpq-style URI naming every PG_HOST server, so that each new connection (the pool's,
+    after a failover too) is made to the first one that answers with the session attributes
+    asked for (the writable primary, when several are listed)."""
     user = quote(settings.pg_user, safe="")
     password = quote(settings.pg_password, safe="")
-    ssl = ""
+    hosts = ",".join(f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+                     for host, port in settings.pg_servers)
+    query = {"target_session_attrs": settings.pg_session_attrs}
     if settings.pg_use_ssl:
-        ssl = "?sslmode=" + ("require" if settings.pg_ssl_reject_unauthorized else "prefer")
-    return (f"postgresql://{user}:{password}@{settings.pg_host}:{settings.pg_port}/"
-            f"{quote(settings.pg_db, safe='')}{ssl}")
+        # verify-full checks the chain (against PGSSLROOTCERT, or ~/.postgresql/root.crt) and
+        # the host name; asyncpg's "require" silently skips verification when no root
+        # certificate is found, so it only serves the explicit "encrypt, don't verify" choice.
+        # Never "prefer": it falls back to plain text.
+        query["sslmode"] = "verify-full" if settings.pg_ssl_reject_unauthorized else "require"
+    return (f"postgresql://{user}:{password}@{hosts}/{quote(settings.pg_db, safe='')}?"
+            + "&".join(f"{k}={v}" for k, v in query.items()))
 
 
 # The loggers Sanic(...) gives stream handlers of its own (sanic.logging.default), which would
@@ -170,8 +179,9 @@ def _is_retryable(exc: BaseException) -> bool:
 
 async def wait_for_database(dsn: str, address: str, variables: str, *, wait_ms: int,
                             connect_timeout_ms: int) -> None:
-    """Connect once (retrying for up to ``wait_ms``), so that an unreachable database is one
-    line here rather than a traceback from the server's start-up hook."""
+    """Connect once (retrying for up to ``wait_ms``) and bring the schema up to date, so that
+    an unreachable database, or one whose schema is newer than this broker, is one line here
+    rather than a traceback from the server's start-up hook."""
     deadline = time.monotonic() + wait_ms / 1000
     last_log = None
     while True:
@@ -194,8 +204,24 @@ async def wait_for_database(dsn: str, address: str, variables: str, *, wait_ms: 
                 last_log = now
             await asyncio.sleep(RETRY_EVERY_S)
             continue
-        await conn.close()
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
         return
+
+
+async def migrate(conn: asyncpg.Connection) -> None:
+    from broker.store.schema import SchemaTooNew, apply_schema
+    try:
+        state = await apply_schema(conn)
+    except SchemaTooNew as exc:
+        raise StartupError(str(exc)) from None
+    if state.applied_now:
+        logger.info("schema: applied {}; now at version {}", ", ".join(state.applied_now),
+                    state.version)
+    else:
+        logger.info("schema: at version {}, nothing to apply", state.version)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             address, variables = f"{embedded.host}:{embedded.port}", "EMBEDDED_PG_DIR"
         else:
             dsn = external_dsn(settings)
-            address = f"{settings.pg_host}:{settings.pg_port}"
+            address = ",".join(f"{host}:{port}" for host, port in settings.pg_servers)
             variables = "PG_HOST/PG_PORT (and PG_USER/PG_PASSWORD/PG_DB)"
         asyncio.run(wait_for_database(dsn, address, variables,
                                       wait_ms=settings.pg_connect_wait_ms,

@@ -113,7 +113,8 @@ def _csv(name: str, raw: str) -> tuple[str, ...]:
 
 
 def _peers(name: str, raw: str) -> tuple[tuple[str, int | None], ...]:
-    """``host[:port]`` list; port None means "the mesh port" (filled in by load_settings).
+    """``host[:port]`` list; port None means "the default port" (filled in by load_settings,
+    or by the property that reads the list).
 
     ``[v6addr]:port`` is accepted for IPv6; a bare address with several colons is a host.
     """
@@ -138,6 +139,13 @@ def _peers(name: str, raw: str) -> tuple[tuple[str, int | None], ...]:
                 ) from None
         peers.append((host, port))
     return tuple(peers)
+
+
+def _pg_hosts(name: str, raw: str) -> str:
+    """PG_HOST: one host or a comma-separated list, each with an optional ``:port`` (as libpq
+    takes them); kept as written, checked here, split by ``Settings.pg_servers``."""
+    _peers(name, raw)
+    return raw
 
 
 def _hex_key(name: str, raw: str) -> bytes:
@@ -225,14 +233,23 @@ VARIABLES: list[Variable] = [
        _POSITIVE),
     # Database
     _v("PG_HOST", None, "str",
-       "PostgreSQL host; unset means start the embedded PostgreSQL.", _str),
-    _v("PG_PORT", "5432", "int", "PostgreSQL port.", _PORT),
+       "PostgreSQL host, or a comma-separated list of hosts each with an optional :port "
+       "(e.g. db1:5432,db2:5432) tried in order, so that the broker follows a failover; unset "
+       "means start the embedded PostgreSQL.", _pg_hosts),
+    _v("PG_PORT", "5432", "int", "PostgreSQL port, for hosts in PG_HOST that name none.", _PORT),
     _v("PG_USER", "postgres", "str", "PostgreSQL user.", _str),
     _v("PG_PASSWORD", "postgres", "secret", "PostgreSQL password.", _str, secret=True),
     _v("PG_DB", "postgres", "str", "PostgreSQL database name.", _str),
     _v("PG_USE_SSL", "false", "bool", "Connect to PostgreSQL over TLS.", _bool),
     _v("PG_SSL_REJECT_UNAUTHORIZED", "true", "bool",
-       "With TLS, verify the server certificate (false = encrypt without verifying).", _bool),
+       "With TLS, verify the server's certificate chain and host name (sslmode=verify-full; "
+       "the CA file is read from PGSSLROOTCERT, else ~/.postgresql/root.crt, and the broker "
+       "refuses to start without one); false = encrypt without verifying.", _bool),
+    _v("PG_TARGET_SESSION_ATTRS", None, "choice",
+       "Which of the PG_HOST servers to use, as libpq's target_session_attrs: read-write (the "
+       "default when PG_HOST lists several: the writable primary; a standby is skipped), "
+       "primary, or any (the default for one host). Standby-only values are refused: the "
+       "broker writes.", _choice("read-write", "primary", "any")),
     _v("DB_POOL_SIZE", "20", "int",
        "Connections per broker process (Queen's C++ default is 150; an asyncio broker needs far "
        "fewer, and replicas x pool size must fit PostgreSQL's max_connections).", _int(2)),
@@ -399,6 +416,7 @@ class Settings:
     pg_db: str
     pg_use_ssl: bool
     pg_ssl_reject_unauthorized: bool
+    pg_target_session_attrs: str | None
     db_pool_size: int
     db_connection_timeout: int
     pg_connect_wait_ms: int
@@ -481,6 +499,21 @@ class Settings:
         return self.pg_host is None
 
     @property
+    def pg_servers(self) -> tuple[tuple[str, int], ...]:
+        """The PG_HOST entries as (host, port), PG_PORT filling in missing ports."""
+        if self.pg_host is None:
+            return ()
+        return tuple((host, self.pg_port if port is None else port)
+                     for host, port in _peers("PG_HOST", self.pg_host))
+
+    @property
+    def pg_session_attrs(self) -> str:
+        """target_session_attrs for the connections: read-write when several hosts are listed."""
+        if self.pg_target_session_attrs:
+            return self.pg_target_session_attrs
+        return "read-write" if len(self.pg_servers) > 1 else "any"
+
+    @property
     def mesh_tls(self) -> bool:
         """Mutual TLS on the mesh (all three QUEEN_MESH_TLS_* are set; checked at load)."""
         return self.queen_mesh_tls_cert is not None
@@ -496,7 +529,9 @@ class Settings:
             database = {"mode": "embedded", "dir": str(self.embedded_pg_dir),
                         "port": self.embedded_pg_port}
         else:
-            database = {"mode": "external", "host": self.pg_host, "port": self.pg_port,
+            database = {"mode": "external",
+                        "servers": ",".join(f"{h}:{p}" for h, p in self.pg_servers),
+                        "target_session_attrs": self.pg_session_attrs,
                         "ssl": self.pg_use_ssl,
                         "ssl_reject_unauthorized": self.pg_ssl_reject_unauthorized}
         database.update(

@@ -7,6 +7,7 @@ from sanic import Blueprint, Request
 import broker
 from broker.http import args, error, json, read_json
 from broker.service.push import wake_after_commit
+from broker.store.schema import schema_version
 from broker.wire import (
     BadRequest,
     is_uuid,
@@ -145,10 +146,14 @@ async def retry_dead_letter(request: Request, partition_id: str, transaction_id:
 async def health(request: Request):
     app = request.app
     settings = app.ctx.settings
-    ok = await app.ctx.store.ping()
+    store = app.ctx.store
+    ok = await store.ping()
     body = {
         "status": "healthy" if ok else "unhealthy",
         "database": "connected" if ok else "disconnected",
+        # Which PG_HOST server is in use (it moves after a failover), as last seen.
+        "databaseServer": {"address": store.server.address, "readOnly": store.server.read_only,
+                           "schemaVersion": schema_version()},
         "server": settings.queen_server_id,
         "worker_id": settings.worker_id,
         "version": "1.0.0",

@@ -42,6 +42,10 @@ UNAVAILABLE_ERRORS = (
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.CrashShutdownError,
     asyncpg.exceptions.InterfaceError,
+    # A read-only server (a standby, or a primary being demoted) is not a place to write:
+    # the push is spooled rather than failed, and the connection is dropped so the pool
+    # opens a new one through PG_HOST's list (see Store.connection).
+    asyncpg.exceptions.ReadOnlySQLTransactionError,
 )
 
 
@@ -142,9 +146,46 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     job releases its advisory lock explicitly (or terminates the connection)."""
 
 
-async def _init_connection(conn: asyncpg.Connection) -> None:
-    await conn.set_type_codec("jsonb", encoder=_dumps, decoder=ujson.loads, schema="pg_catalog")
-    await conn.set_type_codec("json", encoder=_dumps, decoder=ujson.loads, schema="pg_catalog")
+_WHICH_SERVER = """
+SELECT coalesce(host(inet_server_addr()), 'local socket') AS host,
+       coalesce(inet_server_port(), 0) AS port,
+       pg_is_in_recovery() AS in_recovery
+"""
+"""The server a connection landed on (PG_HOST may list several) and whether it is a standby."""
+
+
+@dataclass
+class ServerInUse:
+    """The PostgreSQL server the pool's connections go to, as its newest connection found it.
+    With several PG_HOST entries this moves after a failover; each move is logged once."""
+    host: str | None = None
+    port: int | None = None
+    read_only: bool | None = None
+
+    @property
+    def address(self) -> str | None:
+        return None if self.host is None else f"{self.host}:{self.port}"
+
+    def saw(self, host: str, port: int, read_only: bool) -> None:
+        before = self.address
+        self.host, self.port, self.read_only = host, port, read_only
+        if self.address != before:
+            role = "read-only: a standby, nothing will be written" if read_only else "writable"
+            if before is None:
+                logger.info("database: connected to {} ({})", self.address, role)
+            else:
+                logger.warning("database: now on {} ({}); was {}", self.address, role, before)
+
+
+def _connection_setup(server: ServerInUse):
+    async def init(conn: asyncpg.Connection) -> None:
+        await conn.set_type_codec("jsonb", encoder=_dumps, decoder=ujson.loads,
+                                  schema="pg_catalog")
+        await conn.set_type_codec("json", encoder=_dumps, decoder=ujson.loads,
+                                  schema="pg_catalog")
+        row = await conn.fetchrow(_WHICH_SERVER)
+        server.saw(row["host"], row["port"], row["in_recovery"])
+    return init
 
 
 @dataclass(frozen=True)
@@ -179,6 +220,7 @@ class Store:
         # peer's spooled pushes hold a partition (FILE_BUFFER_ORDER_WAIT_MS).
         self.server_id = "queen"
         self.order_wait_ms = 30_000
+        self.server = ServerInUse()
 
     # -- lifecycle ---------------------------------------------------------
     @classmethod
@@ -200,12 +242,15 @@ class Store:
                 await apply_schema(conn)
             finally:
                 await conn.close()
+        server = ServerInUse()
         pool = await asyncpg.create_pool(
             dsn, min_size=min(2, pool_size), max_size=pool_size, timeout=timeout,
-            server_settings=server_settings, init=_init_connection, reset=_keep_session,
-            max_inactive_connection_lifetime=60,
+            server_settings=server_settings, init=_connection_setup(server),
+            reset=_keep_session, max_inactive_connection_lifetime=60,
         )
-        return cls(pool, acquire_timeout=timeout)
+        store = cls(pool, acquire_timeout=timeout)
+        store.server = server
+        return store
 
     async def close(self) -> None:
         await self.pool.close()
@@ -214,15 +259,24 @@ class Store:
     async def connection(self):
         with _mapped_errors():
             async with self.pool.acquire(timeout=self._acquire_timeout) as conn:
-                yield conn
+                try:
+                    yield conn
+                except asyncpg.exceptions.ReadOnlySQLTransactionError:
+                    # This server stopped taking writes (demoted, or a standby reached with
+                    # PG_TARGET_SESSION_ATTRS=any): its connection is dropped so the next one
+                    # is opened anew through PG_HOST's list, to the primary when there is one.
+                    conn.terminate()
+                    raise
 
     async def ping(self) -> bool:
+        """True when PostgreSQL answers and takes writes (a standby answers but does not)."""
         try:
             async with self.connection() as conn:
-                await conn.fetchval("SELECT 1")
-            return True
+                row = await conn.fetchrow(_WHICH_SERVER)
         except (StoreUnavailable, StoreError):
             return False
+        self.server.saw(row["host"], row["port"], row["in_recovery"])
+        return not row["in_recovery"]
 
     # -- queue configuration and system state ------------------------------
     async def load_encryption_flags(self, queues: list[str]) -> dict[str, bool]:

@@ -1,5 +1,5 @@
 """Every SQL statement of the background jobs (actors/leader_jobs.py), named and
-documented. behaviour.md §7; the tables' contracts are in schema_ops.sql.
+documented. behaviour.md §7; the tables' contracts are in migrations/0001_base.sql (part 2).
 
 Three jobs:
 
@@ -189,7 +189,7 @@ METRICS_PURGES = (
 # ---------------------------------------------------------------------------
 # Stats reconciler (lock 737002), one transaction per cycle, in this order:
 # partitions, partition lag, orphan partitions, queues, namespaces, tasks,
-# system. Semantics of the counters: schema_ops.sql (queen.stats).
+# system. Semantics of the counters: migrations/0001_base.sql (queen.stats).
 #
 # Which partitions are recounted (all of them when $1 is true, e.g. a first
 # cycle on empty stats has no partition rows, so it counts everything):

@@ -1,9 +1,9 @@
 """The data path's SQL statements, as named and documented blocks (operator
 queries are in ops_sql.py, the leader jobs' in jobs_sql.py, the message
-figures in figures_sql.py, the schema in the .sql files).
+figures in figures_sql.py, the schema in the numbered migrations/).
 
 The heavy lifting of push, pop and ack lives in server-side functions
-(functions.sql) so that each request is a single round trip.
+(migrations/0001_base.sql, part 3) so that each request is a single round trip.
 """
 from broker.store.figures_sql import partition_figures
 
@@ -13,8 +13,7 @@ FROM queen.push_ordered($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 
 """
 """Insert items (parallel arrays), aware of the cluster-wide spool backlog; one
 row per item: 'queued', 'duplicate', 'held' (direct push behind spooled ones)
-or 'waiting' (replay behind a peer's earlier spooled push). queen.push_messages
-stays for brokers of earlier versions during a rolling upgrade."""
+or 'waiting' (replay behind a peer's earlier spooled push)."""
 
 SPOOL_REGISTER = "SELECT queen.spool_register($1, $2, $3, $4, $5)"
 """Replace this broker's rows in queen.spool_backlog (NULL arrays: heartbeat only)."""

@@ -552,7 +552,7 @@ async def assert_stats_exact(db) -> dict:
 
 async def test_stats_counts_are_exact_across_groups_leases_dlq_and_retention(
         cluster, client, db):
-    """queen.stats (schema_ops.sql contract) matches count(*) after pushes, pops,
+    """queen.stats (contract in migrations/0001_base.sql) matches count(*) after pushes, pops,
     acks, live and expired leases, dead letters, a DLQ retry, retention deletions
     and a queue deletion, through incremental cycles run by either replica."""
     brokers = cluster(2)
