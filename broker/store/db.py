@@ -46,6 +46,9 @@ UNAVAILABLE_ERRORS = (
     # the push is spooled rather than failed, and the connection is dropped so the pool
     # opens a new one through PG_HOST's list (see Store.connection).
     asyncpg.exceptions.ReadOnlySQLTransactionError,
+    # Every PG_HOST server answered, none with the session attributes asked for (only
+    # standbys, e.g. between a primary's death and a standby's promotion).
+    asyncpg.exceptions.TargetServerAttributeNotMatched,
 )
 
 
