@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 
@@ -27,6 +28,20 @@ def test_migrations_are_numbered_one_to_n_and_the_script_is_all_of_them():
     numbers = [m.version for m in migrations()]
     assert numbers == list(range(1, len(numbers) + 1)) and schema_version() == numbers[-1]
     assert all(m.sql in schema_sql() for m in migrations())
+
+
+def test_no_migration_redefines_a_function_an_earlier_one_created():
+    """A function's name is its contract: a later migration that CREATE OR REPLACEs one would
+    change, during a rolling upgrade, the SQL the previous release's brokers call. A changed
+    function is a new name (..._v2)."""
+    defined: dict[str, str] = {}
+    pattern = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+queen\.(\w+)", re.I)
+    for migration in migrations():
+        for name in set(pattern.findall(migration.sql)):
+            assert name not in defined, (f"{migration.label} redefines queen.{name}, "
+                                         f"created by {defined[name]}")
+            defined[name] = migration.label
+    assert "push_ordered" in defined and "pop_messages" in defined
 
 
 def test_a_fresh_database_gets_every_migration_once(fresh_database, tmp_path):
