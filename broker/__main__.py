@@ -227,11 +227,11 @@ async def wait_for_database(dsn: str, address: str, variables: str, *, wait_ms: 
 
 
 async def migrate(conn: asyncpg.Connection) -> None:
-    from broker.store.schema import SchemaTooNew, apply_schema
+    from broker.store.schema import MigrationFailed, SchemaTooNew, apply_schema
     try:
         state = await apply_schema(conn)
-    except SchemaTooNew as exc:
-        raise StartupError(str(exc)) from None
+    except (SchemaTooNew, MigrationFailed) as exc:
+        raise StartupError(" ".join(str(exc).split())) from None
     if state.applied_now:
         logger.info("schema: applied {}; now at version {}", ", ".join(state.applied_now),
                     state.version)
