@@ -22,7 +22,7 @@ from broker.auth import Authenticator
 from broker.config import Settings
 from broker.crypto import PayloadCipher
 from broker.http import CORS_HEADERS, error
-from broker.routes import ack, admin, ops, pop, push, quarantine, system
+from broker.routes import ack, admin, docs, ops, pop, push, quarantine, system
 from broker.service import push as push_service
 from broker.service.context import BrokerContext
 from broker.service.gauges import gauges
@@ -82,7 +82,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     app.config.NOISY_EXCEPTIONS = False
     app.config.ACCESS_LOG = False
 
-    for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp,
+    for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp, docs.bp,
                       *ops.blueprints):
         if blueprint is not pop.bp:
             answer_head_like_get(blueprint)
