@@ -68,6 +68,15 @@ def answer_head_like_get(blueprint: Blueprint) -> None:
         for route in blueprint._future_routes}
 
 
+async def read_ignored_body(request: Request) -> None:
+    """Read a body Sanic left unread: it does not read the body of a GET, HEAD or OPTIONS
+    request (nor of one no route matched), and then logs "body not consumed" at ERROR for
+    each such request it answers 2xx. The body is read and dropped (REQUEST_MAX_SIZE bounds
+    it as for any request)."""
+    if request.stream is not None and not request.body:
+        await request.receive_body()
+
+
 def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     ctx = BrokerContext(
         settings=settings,
@@ -187,6 +196,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     @app.on_request
     async def authenticate(request: Request):
         request.ctx.started = time.perf_counter()
+        if request.method in ("GET", "HEAD", "OPTIONS"):
+            await read_ignored_body(request)
         return await app.ctx.auth.authorize(request)
 
     @app.on_response
@@ -237,6 +248,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     @app.exception(NotFound, MethodNotAllowed)
     async def no_route(request: Request, exc: SanicException):
         if request.method == "OPTIONS":  # CORS preflight, for any path
+            await read_ignored_body(request)
             return HTTPResponse(status=204, headers={**CORS_HEADERS, "Access-Control-Max-Age": "86400"})
         if isinstance(exc, MethodNotAllowed):
             return error(f"Method {request.method} not allowed on {request.path}", 405)
