@@ -22,6 +22,7 @@ from broker.auth import Authenticator
 from broker.config import Settings
 from broker.crypto import PayloadCipher
 from broker.http import CORS_HEADERS, error
+from broker.logs import Throttle, dropped_note
 from broker.routes import ack, admin, docs, ops, pop, push, quarantine, system
 from broker.service import push as push_service
 from broker.service.context import BrokerContext
@@ -77,12 +78,25 @@ async def read_ignored_body(request: Request) -> None:
         await request.receive_body()
 
 
+def access_line(request: Request, response: HTTPResponse, started: float | None) -> None:
+    """ACCESS_LOG: one line per request; its fields are also the line's JSON context."""
+    ms = round((time.perf_counter() - started) * 1000, 3) if started is not None else None
+    claims = getattr(request.ctx, "jwt_claims", None)
+    subject = claims.get("sub") if isinstance(claims, dict) else None
+    logger.bind(access=True, method=request.method, path=request.path,
+                status=response.status, duration_ms=ms,
+                subject=None if subject is None else str(subject)).info(
+        "{} {} {} {} ms{}", request.method, request.path, response.status, ms,
+        "" if subject is None else f" sub={subject}")
+
+
 def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     ctx = BrokerContext(
         settings=settings,
         cipher=PayloadCipher(settings.encryption_key) if settings.encryption_key else None,
         auth=Authenticator(settings), telemetry=telemetry)
     app = Sanic(name, env_prefix=None, request_class=QueenRequest, ctx=ctx)
+    throttle = Throttle(60.0)  # busy / conflict lines: at most one a minute per route
     app.config.REQUEST_MAX_SIZE = settings.max_body_bytes
     app.config.REQUEST_TIMEOUT = 60
     # Long polls hold a response for up to `timeout` ms; never cut them short.
@@ -210,6 +224,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         started = getattr(request.ctx, "started", None)
         if started is not None:
             telemetry.observe(route, time.perf_counter() - started)
+        if settings.access_log:
+            access_line(request, response, started)
 
 
     @app.exception(BadRequest)
@@ -218,7 +234,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
 
     @app.exception(StoreUnavailable)
     async def unavailable(request: Request, exc: StoreUnavailable):
-        logger.warning("{} {}: {}", request.method, request.path, exc)
+        # The store's DatabaseHealth says once that the database is gone and when it is back.
+        logger.debug("{} {}: {}", request.method, request.path, exc)
         return error("Database unavailable, retry later", 503)
 
     @app.exception(PartitionHeld)
@@ -228,7 +245,10 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     @app.exception(StoreBusy, StoreConflict)
     async def busy(request: Request, exc: StoreError):
         # Nothing was written (the statement or transaction was rolled back): a plain retry.
-        logger.warning("{} {}: {}", request.method, request.path, exc)
+        dropped = throttle.allow((type(exc), request.route.name if request.route else None))
+        if dropped is not None:
+            logger.warning("{} {}: {}{}", request.method, request.path, exc,
+                           dropped_note(dropped))
         return error(str(exc), 503)
 
     @app.exception(StoreInvalidValue)

@@ -18,6 +18,7 @@ import ujson
 from loguru import logger
 
 from broker.store import sql
+from broker.store.health import DatabaseHealth
 from broker.store.schema import apply_schema
 
 QUEUE_MODE = "__QUEUE_MODE__"
@@ -42,6 +43,9 @@ UNAVAILABLE_ERRORS = (
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.CrashShutdownError,
     asyncpg.exceptions.InterfaceError,
+    # asyncpg's own protocol state error, met when the server goes away mid-statement
+    # ("cannot switch to state 12; another operation (2) is in progress"): it was a 500.
+    asyncpg.exceptions.InternalClientError,
 )
 
 
@@ -179,6 +183,7 @@ class Store:
         # peer's spooled pushes hold a partition (FILE_BUFFER_ORDER_WAIT_MS).
         self.server_id = "queen"
         self.order_wait_ms = 30_000
+        self.health = DatabaseHealth()
 
     # -- lifecycle ---------------------------------------------------------
     @classmethod
@@ -212,9 +217,14 @@ class Store:
 
     @contextlib.asynccontextmanager
     async def connection(self):
-        with _mapped_errors():
-            async with self.pool.acquire(timeout=self._acquire_timeout) as conn:
-                yield conn
+        try:
+            with _mapped_errors():
+                async with self.pool.acquire(timeout=self._acquire_timeout) as conn:
+                    yield conn
+        except StoreUnavailable as exc:
+            self.health.failed(exc)
+            raise
+        self.health.succeeded()
 
     async def ping(self) -> bool:
         try:
