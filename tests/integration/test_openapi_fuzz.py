@@ -33,7 +33,8 @@ def test_generated_requests_find_no_5xx_and_no_answer_outside_the_document(
              "--max-examples", str(EXAMPLES_PER_OPERATION), "--seed", seed,
              "--phases", "coverage,fuzzing", "--workers", "2", "--request-timeout", "10",
              "--no-color"],
-            cwd=ROOT, capture_output=True, text=True, timeout=240,
+            # run in tmp_path: schemathesis keeps a cache folder where it runs
+            cwd=tmp_path, capture_output=True, text=True, timeout=240,
             env={**os.environ, "SCHEMATHESIS_HOOKS": "tests.integration.schemathesis_hooks",
                  "PYTHONPATH": str(ROOT)})
     finally:
