@@ -221,6 +221,9 @@ def queues_configure(ctx: click.Context, queue: str, namespace: str | None, task
         f"{k}={v}" for k, v in a["options"].items()))
 
 
+yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+
+
 def confirm(ctx: click.Context, yes: bool, what: str) -> None:
     if not yes and not click.confirm(f"{what}?", err=True):
         raise CtlError("not confirmed (pass --yes to skip the question)", client.FAILED)
@@ -228,7 +231,7 @@ def confirm(ctx: click.Context, yes: bool, what: str) -> None:
 
 @queues.command("delete")
 @click.argument("queue")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask.")
+@yes_option
 @click.pass_context
 def queues_delete(ctx: click.Context, queue: str, yes: bool) -> None:
     """Delete QUEUE with every message in it. Exit 3 when there was no such queue."""

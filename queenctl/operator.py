@@ -9,7 +9,7 @@ import click
 
 from queenctl import client
 from queenctl.client import CtlError, seg
-from queenctl.commands import call, cli, confirm
+from queenctl.commands import call, cli, confirm, yes_option
 from queenctl.output import emit, pairs, table
 
 # -- consumer groups -----------------------------------------------------------------
@@ -91,7 +91,7 @@ def groups_seek(ctx: click.Context, group: str, queue: str, to_end: bool,
 @click.argument("group")
 @click.option("--queue", "-q", help="Only on this queue.")
 @click.option("--keep-subscription", is_flag=True, help="Keep the stored subscription.")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask.")
+@yes_option
 @click.pass_context
 def groups_delete(ctx: click.Context, group: str, queue: str | None, keep_subscription: bool,
                   yes: bool) -> None:
@@ -168,7 +168,7 @@ def dlq_retry(ctx: click.Context, partition_id: str, transaction_id: str) -> Non
 @dlq.command("discard")
 @click.argument("partition_id")
 @click.argument("transaction_id")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask.")
+@yes_option
 @click.pass_context
 def dlq_discard(ctx: click.Context, partition_id: str, transaction_id: str, yes: bool) -> None:
     """Delete the message and its dead letters for good."""
@@ -296,7 +296,7 @@ def quarantine_replay(ctx: click.Context, ident: str, queue: str | None,
 
 @quarantine.command("discard")
 @click.argument("ident")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask.")
+@yes_option
 @click.pass_context
 def quarantine_discard(ctx: click.Context, ident: str, yes: bool) -> None:
     """Drop a quarantined event for good."""

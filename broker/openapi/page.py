@@ -7,10 +7,10 @@ from typing import Any
 
 STYLE = """
 body{font:15px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;display:flex}
-nav{width:19rem;flex:none;height:100vh;overflow:auto;position:sticky;top:0;background:#f4f5f8;
+nav{width:25rem;flex:none;height:100vh;overflow:auto;position:sticky;top:0;background:#f4f5f8;
 padding:1rem;box-sizing:border-box;font-size:13px}
-nav a{display:block;color:#1d2330;text-decoration:none;padding:1px 0;white-space:nowrap;
-overflow:hidden;text-overflow:ellipsis}
+nav a{display:block;color:#1d2330;text-decoration:none;padding:1px 0 1px 5rem;
+text-indent:-5rem;word-break:break-all}
 nav h3{margin:1rem 0 .3rem;font-size:13px;text-transform:uppercase;color:#666}
 main{padding:1rem 2rem;max-width:62rem}
 section.op{border:1px solid #dde;border-radius:6px;margin:1rem 0;padding:.6rem 1rem}
