@@ -69,8 +69,11 @@ def auth(tok: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {tok}"}
 
 
-RO, RW, ADMIN = (token(role="read-only"), token(role="read-write", sub="writer-7"),
-                 token(role="admin", sub="root"))
+# Made at import (collection), so valid for the whole session: the tests before this module
+# can take longer than the 5 minutes of token()'s default on a loaded machine.
+RO, RW, ADMIN = (token(role="read-only", exp_in=7200),
+                 token(role="read-write", sub="writer-7", exp_in=7200),
+                 token(role="admin", sub="root", exp_in=7200))
 
 
 def qname() -> str:
