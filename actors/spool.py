@@ -64,6 +64,7 @@ from loguru import logger
 
 from actors.runtime import AsyncioActor
 from actors.spool_quarantine import Quarantine, entry_id, import_failed_files
+from broker.logs import Throttle, dropped_note
 from broker.validate import event_problem
 
 __all__ = ["Spool", "SpoolBacklog", "SpoolBusy", "SpoolError", "SpoolFull", "accepted_at", "read_records"]
@@ -331,6 +332,8 @@ class Spool(AsyncioActor):
 
         # counters
         self._pending = 0
+        # (when, replayed_events, quarantined_events) as the spool last became non-empty
+        self._backlog_started: tuple[float, int, int] | None = None
         self._failed = 0
         self._healthy = True
         self._bytes = 0  # .buf files plus the active file
@@ -685,6 +688,9 @@ class Spool(AsyncioActor):
                 logger.exception("spool: drain cycle failed")
 
     async def _cycle(self) -> None:
+        if self._pending > 0 and self._backlog_started is None:
+            self._backlog_started = (time.monotonic(), self.replayed_events,
+                                     self.quarantined_events)
         # Registration first, also while paused (maintenance) and cooling down:
         # peers must see our backlog before any of them replays past it.
         if not await self._sync_registration() or self._paused:
@@ -1050,8 +1056,10 @@ class Spool(AsyncioActor):
         if self._transient_streak >= self._cooldown_after:
             self._cooldown_until = asyncio.get_running_loop().time() + self._cooldown_s
             self._transient_streak = 0
-            logger.info("spool: {} transient failures in a row; cooling down {} s",
-                        self._cooldown_after, self._cooldown_s)
+            dropped = _COOLDOWN_LINES.allow("cooldown")
+            if dropped is not None:
+                logger.info("spool: {} transient failures in a row; cooling down {} s{}",
+                            self._cooldown_after, self._cooldown_s, dropped_note(dropped))
 
     def _unreadable(self, path: Path, exc: BaseException) -> str:
         """A file that cannot be read: retried, then moved to ``failed/`` whole
@@ -1075,6 +1083,16 @@ class Spool(AsyncioActor):
         self._forget(name)
         return "quarantined"
 
+    def _maybe_drained(self) -> None:
+        """Once the spool is empty again: one line saying what became of what it held."""
+        if self._pending > 0 or self._backlog_started is None:
+            return
+        since, replayed, quarantined = self._backlog_started
+        self._backlog_started = None
+        logger.info("spool: drained: {} event(s) stored, {} quarantined, {:.1f} s after the "
+                    "first was spooled", self.replayed_events - replayed,
+                    max(0, self.quarantined_events - quarantined), time.monotonic() - since)
+
     def _forget(self, name: str, fallback: int = 0) -> None:
         """The file left the main directory: it is no longer pending."""
         n = self._file_events.pop(name, fallback)
@@ -1083,6 +1101,7 @@ class Spool(AsyncioActor):
         self._done.pop(name, None)
         self._raw_quarantined.discard(name)
         self._file_first.pop(name, None)
+        self._maybe_drained()
         if self._draining is not None and self._draining[0] == name:
             self._draining = None
         left = self._file_pairs.pop(name, None)
@@ -1171,6 +1190,7 @@ class Spool(AsyncioActor):
 
 # -- blocking helpers (run in a thread) ----------------------------------------------
 
+_COOLDOWN_LINES = Throttle(60.0)  # a long outage cools down again and again: once a minute
 _WAITING_RETRY_S = 0.01  # a file waiting for a peer's spool is looked at again this soon
 REGISTRATION_SYNC_S = 0.5  # how often a draining spool syncs its queen.spool_backlog rows
 

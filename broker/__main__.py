@@ -24,13 +24,14 @@ import asyncpg
 from loguru import logger
 
 from broker import __version__
-from broker.config import VARIABLES, ConfigError, Settings, load_settings
+from broker.config import VARIABLES, ConfigError, Settings, load_settings, suspicious_variables
+from broker.logs import Throttle, add_sink, dropped_note
 
 # Variables shown by --help; the README's configuration table has all of them.
 HELP_VARIABLES = ("HOST", "PORT", "PG_HOST", "PG_PORT", "PG_USER", "PG_PASSWORD", "PG_DB",
                   "PG_CONNECT_WAIT_MS", "EMBEDDED_PG_DIR", "EMBEDDED_PG_PORT",
                   "QUEEN_ENCRYPTION_KEY", "QUEEN_MESH_PEERS", "FILE_BUFFER_DIR", "JWT_ENABLED",
-                  "LOG_LEVEL")
+                  "LOG_LEVEL", "LOG_FORMAT", "ACCESS_LOG")
 
 # How often a broker waiting for PostgreSQL (PG_CONNECT_WAIT_MS) says it still waits.
 WAIT_LOG_EVERY_S = 5.0
@@ -87,17 +88,36 @@ class InterceptHandler(logging.Handler):
                 break
             frame = frame.f_back
             depth += 1
+        message, exc_info = record.getMessage(), record.exc_info
+        error = exc_info[1] if exc_info else None
+        if error is not None and _is_connection_error(error):
+            # asyncpg's pool says "Failed to restore the pool connection floor; retrying" with
+            # ~25 lines of traceback each time it retries during an outage: the error's one
+            # line is all it tells, and once a minute is enough (the outage itself is told by
+            # the store's DatabaseHealth).
+            dropped = NOISY.allow((record.name, record.msg))
+            if dropped is None:
+                return
+            message = f"{message} ({type(error).__name__}: {error}){dropped_note(dropped)}"
+            exc_info = None
         # The message is already formatted: loguru formats only when given arguments, so
         # braces in it (a JSON body, a repr) are left alone.
-        logger.opt(depth=depth, exception=record.exc_info).log(level, record.getMessage())
+        logger.opt(depth=depth, exception=exc_info).log(level, message)
 
 
-def setup_logging(level: str) -> None:
-    """loguru to stderr at ``level``, and stdlib logging routed into it."""
+NOISY = Throttle(60.0)
+
+
+def _is_connection_error(error: BaseException) -> bool:
+    from broker.store.db import UNAVAILABLE_ERRORS
+    return isinstance(error, UNAVAILABLE_ERRORS)
+
+
+def setup_logging(level: str, log_format: str = "text") -> None:
+    """loguru to stderr at ``level`` in ``log_format`` (LOG_FORMAT: text or json), and stdlib
+    logging routed into it."""
     logger.remove()
-    logger.add(sys.stderr, level=level,
-               format="<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> <level>{level: <7}</level> "
-                      "{message}")
+    add_sink(logger, level, log_format)
     # The root logger's level is loguru's (their numbers agree: DEBUG 10, INFO 20, ...), so
     # records loguru would drop are not even made.
     logging.basicConfig(handlers=[InterceptHandler()], level=logger.level(level.upper()).no,
@@ -246,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"queen-broker: configuration error: {exc}", file=sys.stderr)
         return 2
-    setup_logging(settings.log_level)
+    setup_logging(settings.log_level, settings.log_format)
+    for warning in suspicious_variables():
+        logger.warning("config: {}", warning)
     for block, values in settings.log_blocks().items():
         logger.info("{}: {}", block, " ".join(f"{k}={v}" for k, v in values.items()))
 

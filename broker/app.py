@@ -22,7 +22,8 @@ from broker.auth import Authenticator
 from broker.config import Settings
 from broker.crypto import PayloadCipher
 from broker.http import CORS_HEADERS, error
-from broker.routes import ack, admin, ops, pop, push, quarantine, system
+from broker.logs import Throttle, dropped_note
+from broker.routes import ack, admin, docs, ops, pop, push, quarantine, system
 from broker.service import push as push_service
 from broker.service.context import BrokerContext
 from broker.service.gauges import gauges
@@ -69,12 +70,34 @@ def answer_head_like_get(blueprint: Blueprint) -> None:
         for route in blueprint._future_routes}
 
 
+async def read_ignored_body(request: Request) -> None:
+    """Read a body Sanic left unread: it does not read the body of a GET, HEAD or OPTIONS
+    request (nor of one no route matched), and then logs "body not consumed" at ERROR for
+    each such request it answers 2xx. The body is read and dropped (REQUEST_MAX_SIZE bounds
+    it as for any request)."""
+    if request.stream is not None and not request.body:
+        await request.receive_body()
+
+
+def access_line(request: Request, response: HTTPResponse, started: float | None) -> None:
+    """ACCESS_LOG: one line per request; its fields are also the line's JSON context."""
+    ms = round((time.perf_counter() - started) * 1000, 3) if started is not None else None
+    claims = getattr(request.ctx, "jwt_claims", None)
+    subject = claims.get("sub") if isinstance(claims, dict) else None
+    logger.bind(access=True, method=request.method, path=request.path,
+                status=response.status, duration_ms=ms,
+                subject=None if subject is None else str(subject)).info(
+        "{} {} {} {} ms{}", request.method, request.path, response.status, ms,
+        "" if subject is None else f" sub={subject}")
+
+
 def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     ctx = BrokerContext(
         settings=settings,
         cipher=PayloadCipher(settings.encryption_key) if settings.encryption_key else None,
         auth=Authenticator(settings), telemetry=telemetry)
     app = Sanic(name, env_prefix=None, request_class=QueenRequest, ctx=ctx)
+    throttle = Throttle(60.0)  # busy / conflict lines: at most one a minute per route
     app.config.REQUEST_MAX_SIZE = settings.max_body_bytes
     app.config.REQUEST_TIMEOUT = 60
     # Long polls hold a response for up to `timeout` ms; never cut them short.
@@ -83,7 +106,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     app.config.NOISY_EXCEPTIONS = False
     app.config.ACCESS_LOG = False
 
-    for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp,
+    for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp, docs.bp,
                       *ops.blueprints):
         if blueprint is not pop.bp:
             answer_head_like_get(blueprint)
@@ -189,6 +212,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     @app.on_request
     async def authenticate(request: Request):
         request.ctx.started = time.perf_counter()
+        if request.method in ("GET", "HEAD", "OPTIONS"):
+            await read_ignored_body(request)
         return await app.ctx.auth.authorize(request)
 
     @app.on_response
@@ -201,6 +226,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         started = getattr(request.ctx, "started", None)
         if started is not None:
             telemetry.observe(route, time.perf_counter() - started)
+        if settings.access_log:
+            access_line(request, response, started)
 
 
     @app.exception(BadRequest)
@@ -209,7 +236,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
 
     @app.exception(StoreUnavailable)
     async def unavailable(request: Request, exc: StoreUnavailable):
-        logger.warning("{} {}: {}", request.method, request.path, exc)
+        # The store's DatabaseHealth says once that the database is gone and when it is back.
+        logger.debug("{} {}: {}", request.method, request.path, exc)
         return error("Database unavailable, retry later", 503)
 
     @app.exception(PartitionHeld)
@@ -219,7 +247,10 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     @app.exception(StoreBusy, StoreConflict)
     async def busy(request: Request, exc: StoreError):
         # Nothing was written (the statement or transaction was rolled back): a plain retry.
-        logger.warning("{} {}: {}", request.method, request.path, exc)
+        dropped = throttle.allow((type(exc), request.route.name if request.route else None))
+        if dropped is not None:
+            logger.warning("{} {}: {}{}", request.method, request.path, exc,
+                           dropped_note(dropped))
         return error(str(exc), 503)
 
     @app.exception(StoreInvalidValue)
@@ -239,6 +270,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     @app.exception(NotFound, MethodNotAllowed)
     async def no_route(request: Request, exc: SanicException):
         if request.method == "OPTIONS":  # CORS preflight, for any path
+            await read_ignored_body(request)
             return HTTPResponse(status=204, headers={**CORS_HEADERS, "Access-Control-Max-Age": "86400"})
         if isinstance(exc, MethodNotAllowed):
             return error(f"Method {request.method} not allowed on {request.path}", 405)

@@ -66,6 +66,7 @@ ROUTE_LEVELS: list[tuple[frozenset[str] | None, str, int]] = [
     # public
     (frozenset({"GET"}), r"/health", PUBLIC),
     (frozenset({"GET"}), r"/metrics(/prometheus)?", PUBLIC),
+    (frozenset({"GET"}), r"/(openapi\.json|docs)", PUBLIC),  # the API reference
     # ADMIN
     (_ANY, r"/api/v1/system(/.*)?", ADMIN),
     (_ANY, r"/internal(/.*)?", ADMIN),

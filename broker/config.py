@@ -15,8 +15,10 @@ Variable names are Queen's, so a deployment can switch brokers without renaming 
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
+import re
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -229,6 +231,12 @@ VARIABLES: list[Variable] = [
     _v("LOG_LEVEL", "info", "choice",
        "Log level: trace, debug, info, success, warning, error or critical.",
        _choice(*LOG_LEVELS, upper=True)),
+    _v("LOG_FORMAT", "text", "choice",
+       "Log line format: text (one readable line each) or json (one JSON object a line: time, "
+       "level, message, logger, context).", _choice("text", "json")),
+    _v("ACCESS_LOG", "false", "bool",
+       "Log one line per HTTP request: method, path, status, duration and, with JWT, the "
+       "token's subject.", _bool),
     _v("MAX_BODY_BYTES", "16777216", "int", "Largest accepted request body; larger ones get 413.",
        _POSITIVE),
     # Database
@@ -407,6 +415,8 @@ class Settings:
     port: int
     worker_id: str
     log_level: str
+    log_format: str
+    access_log: bool
     max_body_bytes: int
     # Database (pg_host None = embedded PostgreSQL)
     pg_host: str | None
@@ -558,6 +568,8 @@ class Settings:
                 "port": self.port,
                 "worker_id": self.worker_id,
                 "log_level": self.log_level,
+                "log_format": self.log_format,
+                "access_log": self.access_log,
                 "max_body_bytes": self.max_body_bytes,
                 "jwt_enabled": self.jwt_enabled,
                 "jwt_algorithm": self.jwt_algorithm,
@@ -645,6 +657,43 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
 
     _check_relations(values)
     return Settings(**values)
+
+
+# Variables of the same prefixes that are not the broker's, but are no mistake either.
+OTHER_KNOWN_VARIABLES = frozenset({
+    "QUEEN_URL", "QUEEN_TOKEN",  # queenctl's
+})
+# What Kubernetes and docker links set for a service named "queen" (QUEEN_SERVICE_HOST,
+# QUEEN_PORT, QUEEN_PORT_6632_TCP_ADDR...): no one's typo.
+_SERVICE_LINK = re.compile(r"_SERVICE_(HOST|PORT)|_PORT_\d+_(TCP|UDP)")
+
+
+def _service_link(name: str, value: str) -> bool:
+    return bool(_SERVICE_LINK.search(name)) or (
+        name.endswith("_PORT") and value.startswith(("tcp://", "udp://")))
+WATCHED_PREFIXES = ("QUEEN_", "PG_", "JWT_", "DB_", "FILE_BUFFER_", "EMBEDDED_PG_", "POP_",
+                    "PUSH_", "ACK_")
+
+
+def suspicious_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One warning per environment variable that looks like one of ours but is not (a
+    typo is otherwise silently ignored): names with one of our prefixes, and names close to
+    a known one."""
+    env = os.environ if environ is None else environ
+    known = {name for var in VARIABLES for name in (var.name, *var.aliases)}
+    warnings = []
+    for name in sorted(env):
+        if name in known or name in OTHER_KNOWN_VARIABLES or _service_link(name, env[name]):
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        # Only a name that starts like ours: PIP_DEFAULT_TIMEOUT is no typo of DEFAULT_TIMEOUT.
+        if close and close[0][:3] == name[:3]:
+            warnings.append(f"{name} is not a queen-broker variable (did you mean {close[0]}?); "
+                            f"it is ignored")
+        elif name.startswith(WATCHED_PREFIXES):
+            warnings.append(f"{name} is not a queen-broker variable; it is ignored (the README's "
+                            f"Configuration table lists them all)")
+    return warnings
 
 
 MESH_TLS_VARIABLES = ("QUEEN_MESH_TLS_CERT", "QUEEN_MESH_TLS_KEY", "QUEEN_MESH_TLS_CA")

@@ -10,6 +10,9 @@ One embedded PostgreSQL (or the one named by PG_HOST/PG_PORT/...), brokers on
 HTTP ports 6632, 6642, 6652 (--base-port), mesh ports 6633, 6643, 6653, the
 same QUEEN_SYNC_SECRET, each other as peers, and a separate FILE_BUFFER_DIR
 each (never share a spool).
+
+Every port is checked before anything starts: a taken one fails at once, named. The brokers'
+logs are kept (the folder is printed first and last); the embedded PostgreSQL's data is not.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,8 +41,18 @@ def main() -> int:
     parser.add_argument("--base-port", type=int, default=6632)
     parser.add_argument("--check", action="store_true", help="assert the mesh is up, then stop")
     args = parser.parse_args()
+    http_ports = [args.base_port + 10 * i for i in range(args.brokers)]
+    mesh_ports = [p + 1 for p in http_ports]
+    for i, (http_port, mesh_port) in enumerate(zip(http_ports, mesh_ports)):
+        for port, what in ((http_port, "HTTP"), (mesh_port, "mesh")):
+            if not port_free(port):
+                print(f"local_ha: port {port} ({what} port of broker {'abc'[i]}) is already in "
+                      f"use; stop what holds it or pick other ports with --base-port",
+                      file=sys.stderr)
+                return 1
 
     work = Path(tempfile.mkdtemp(prefix="queen-ha-", dir="/tmp"))
+    print(f"logs: {work}", flush=True)
     pg = None
     if os.environ.get("PG_HOST"):
         db_env = {k: os.environ[k] for k in ("PG_HOST", "PG_PORT", "PG_USER", "PG_PASSWORD", "PG_DB")
@@ -49,8 +63,6 @@ def main() -> int:
         pg.start()
         db_env = {"PG_HOST": pg.host, "PG_PORT": str(pg.port)}
     secret = os.environ.get("QUEEN_SYNC_SECRET") or secrets.token_hex(32)
-    http_ports = [args.base_port + 10 * i for i in range(args.brokers)]
-    mesh_ports = [p + 1 for p in http_ports]
     procs = []
     try:
         for i, (http_port, mesh_port) in enumerate(zip(http_ports, mesh_ports)):
@@ -64,6 +76,13 @@ def main() -> int:
                                           stdout=log, stderr=subprocess.STDOUT))
         urls = [f"http://127.0.0.1:{p}" for p in http_ports]
         ok = wait_for_mesh(urls, 60) if args.brokers > 1 else True
+        for i, proc in enumerate(procs):
+            if proc.poll() is not None:  # whatever answered on its port, it was not this one
+                log = work / f"broker-{'abc'[i]}.log"
+                tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+                print(f"local_ha: broker {'abc'[i]} exited with {proc.returncode}: {tail[0]} "
+                      f"(log: {log})", file=sys.stderr)
+                ok = False
         print(f"brokers: {' '.join(urls)}   logs: {work}")
         if args.check:
             return 0 if ok else 1
@@ -82,8 +101,19 @@ def main() -> int:
                 p.kill()
         if pg is not None:
             pg.stop()
-        if args.check:
-            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(work / "pgdata", ignore_errors=True)
+        print(f"local_ha: brokers stopped; their logs are in {work}", flush=True)
+
+
+def port_free(port: int) -> bool:
+    """Whether 127.0.0.1:port can be listened on now (SO_REUSEADDR, as the brokers bind)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _interrupt(*_args) -> None:

@@ -77,7 +77,8 @@ async def push(ctx: BrokerContext, items: list[PushItem], producer_sub: str | No
         rows = await to_rows(ctx, items, producer_sub)
         results = await (await ctx.push_batcher.submit(rows))
     except StoreUnavailable as exc:
-        logger.warning("push: {}; spooling {} item(s)", exc, len(items))
+        # The outage itself is told once by the store's DatabaseHealth, not once per push.
+        logger.debug("push: {}; spooling {} item(s)", exc, len(items))
         return await _spool(ctx, items, rows, producer_sub)
     wake_after_commit(ctx, {(i.queue, i.partition) for i, r in zip(items, results)
                             if r["status"] == "queued"})
@@ -157,6 +158,8 @@ async def _to_spool(ctx: BrokerContext, items: list[PushItem], rows: list[PushRo
         telemetry.messages["spool_failed"] += len(items)
         return "failed", str(exc)
     telemetry.messages["buffered"] += len(items)
+    if ctx.store.health.down:  # told when the database is back
+        ctx.store.health.spooled(len(items))
     return None
 
 

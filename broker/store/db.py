@@ -19,6 +19,7 @@ import ujson
 from loguru import logger
 
 from broker.store import sql
+from broker.store.health import DatabaseHealth
 from broker.store.schema import apply_schema
 
 QUEUE_MODE = "__QUEUE_MODE__"
@@ -50,6 +51,9 @@ UNAVAILABLE_ERRORS = (
     # Every PG_HOST server answered, none with the session attributes asked for (only
     # standbys, e.g. between a primary's death and a standby's promotion).
     asyncpg.exceptions.TargetServerAttributeNotMatched,
+    # asyncpg's own protocol state error, met when the server goes away mid-statement
+    # ("cannot switch to state 12; another operation (2) is in progress"): it was a 500.
+    asyncpg.exceptions.InternalClientError,
 )
 
 
@@ -235,6 +239,7 @@ class Store:
         self.server_id = "queen"
         self.order_wait_ms = 30_000
         self.server = ServerInUse()
+        self.health = DatabaseHealth()
 
     # -- lifecycle ---------------------------------------------------------
     @classmethod
@@ -275,16 +280,22 @@ class Store:
 
     @contextlib.asynccontextmanager
     async def connection(self):
-        with _mapped_errors():
-            async with self.pool.acquire(timeout=self._acquire_timeout) as conn:
-                try:
-                    yield conn
-                except asyncpg.exceptions.ReadOnlySQLTransactionError:
-                    # This server stopped taking writes (demoted, or a standby reached with
-                    # PG_TARGET_SESSION_ATTRS=any): its connection is dropped so the next one
-                    # is opened anew through PG_HOST's list, to the primary when there is one.
-                    conn.terminate()
-                    raise
+        try:
+            with _mapped_errors():
+                async with self.pool.acquire(timeout=self._acquire_timeout) as conn:
+                    try:
+                        yield conn
+                    except asyncpg.exceptions.ReadOnlySQLTransactionError:
+                        # This server stopped taking writes (demoted, or a standby reached
+                        # with PG_TARGET_SESSION_ATTRS=any): its connection is dropped so the
+                        # next one is opened anew through PG_HOST's list, to the primary when
+                        # there is one.
+                        conn.terminate()
+                        raise
+        except StoreUnavailable as exc:
+            self.health.failed(exc)
+            raise
+        self.health.succeeded()
 
     async def ping(self) -> bool:
         """True when PostgreSQL answers and takes writes (a standby answers but does not)."""

@@ -217,3 +217,35 @@ async def test_order_holds_when_pushes_continue_while_the_spool_drains(db, broke
     assert statuses <= {"queued", "buffered"}
     await stored_at_least(db, queue_name, len(sent), 30)
     assert [t for _, t in await stored(db, queue_name)] == sent
+
+
+async def test_an_outage_reads_as_a_few_clear_lines_without_tracebacks(db, brokers, queue_name):
+    """While PostgreSQL is down, requests keep failing (503) and asyncpg keeps retrying its
+    pool; the log says so in a bounded number of lines: down, back (with counts), drained
+    (with counts), and no traceback."""
+    b = brokers(db, DB_CONNECTION_TIMEOUT="500")
+    assert push(b.url, queue_name, "p", ["before"]).status_code == 200
+    mark = len(b.log())
+    db.embedded.stop(mode="immediate")
+    try:
+        for i in range(10):
+            assert push(b.url, queue_name, "p", [f"down-{i}"]).status_code == 201
+        for _ in range(30):
+            assert httpx.get(f"{b.url}/api/v1/resources/queues", timeout=10).status_code == 503
+        # the spool's drain loop (every 100 ms) has met the outage too
+        await wait_until_async(lambda: "spool: cannot register" in b.log(), 15,
+                               "the spool retrying")
+    finally:
+        db.embedded.start()
+    await stored_at_least(db, queue_name, 11, 30)
+    await wait_until_async(lambda: "spool: drained" in b.log(), 30, "the drained line")
+    outage = b.log()[mark:]
+    assert "Traceback" not in outage, outage
+    assert "database: unreachable" in outage
+    back = [line for line in outage.splitlines() if "database: reachable again" in line]
+    assert len(back) == 1 and "10 push item(s) spooled meanwhile" in back[0], outage
+    drained = [line for line in outage.splitlines() if "spool: drained" in line]
+    assert len(drained) == 1 and "10 event(s) stored, 0 quarantined" in drained[0], outage
+    # 40 failed requests and a retrying pool, yet only a handful of warnings
+    warnings = [line for line in outage.splitlines() if " WARNING " in line or " ERROR " in line]
+    assert len(warnings) <= 8, "\n".join(warnings)

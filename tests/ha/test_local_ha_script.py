@@ -4,8 +4,11 @@ says so."""
 from __future__ import annotations
 
 import random
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import ROOT
 
@@ -18,3 +21,37 @@ def test_local_ha_runner_reports_a_full_mesh_of_three(database):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("peers connected 2/2") == 3
+    shutil.rmtree(re.search(r"logs are in (\S+)", proc.stdout).group(1), ignore_errors=True)
+
+
+def test_a_taken_port_fails_at_once_naming_it(database):
+    """Before anything starts: a port in use is named, nothing is started, exit 1."""
+    import socket
+
+    base = random.randrange(20000, 40000, 100)
+    env = {"PG_HOST": database.host, "PG_PORT": str(database.port), "PATH": "/usr/bin:/bin"}
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", base + 11))  # broker b's mesh port
+        holder.listen()
+        proc = subprocess.run([sys.executable, "compose/local_ha.py", "--check", "--base-port",
+                               str(base)], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=60)
+    assert proc.returncode == 1
+    assert f"port {base + 11} (mesh port of broker b) is already in use" in proc.stderr
+    assert "logs:" not in proc.stdout  # nothing was started, no mesh was waited for
+
+
+def test_the_logs_are_kept_and_their_folder_printed(database):
+    base = random.randrange(20000, 40000, 100)
+    env = {"PG_HOST": database.host, "PG_PORT": str(database.port), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "compose/local_ha.py", "--check", "--base-port",
+                           str(base)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    folder = Path(re.search(r"logs are in (\S+)", proc.stdout).group(1))
+    try:
+        logs = sorted(p.name for p in folder.glob("broker-*.log"))
+        assert logs == ["broker-a.log", "broker-b.log"]
+        assert "serving on" in (folder / "broker-a.log").read_text()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -102,7 +102,7 @@ async def test_a_failover_to_the_promoted_standby_loses_and_reorders_nothing(pg_
     misdirected = launch_broker(database(standby), tmp_path, PG_TARGET_SESSION_ATTRS="any",
                                 DB_CONNECTION_TIMEOUT="500")
     try:
-        wait_until(lambda: answers(misdirected.url + "/health"), 30,
+        wait_until(lambda: answers(misdirected.url + "/health"), 90,
                    f"the misdirected broker serving:\n{misdirected.log()}")
         health = httpx.get(broker.url + "/health", timeout=10).json()
         assert health["databaseServer"]["address"] == f"127.0.0.1:{primary.port}"

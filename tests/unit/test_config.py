@@ -245,3 +245,17 @@ def test_mesh_tls_needs_all_three_readable_files(tmp_path):
     with pytest.raises(ConfigError, match="QUEEN_MESH_TLS_CA"):
         load_settings({**files, "QUEEN_MESH_TLS_CA": str(tmp_path / "missing.pem")})
     assert not load_settings({}).mesh_tls
+
+
+def test_variables_that_look_like_ours_are_warned_about():
+    from broker.config import suspicious_variables
+    warnings = suspicious_variables({
+        "QUEEN_MESH_PEER": "b:6633", "PG_HOTS": "db", "PG_SOMETHING": "1", "PORT": "1",
+        "QUEEN_URL": "http://x", "PATH": "/bin", "HOME": "/root", "PIP_DEFAULT_TIMEOUT": "60",
+        "QUEEN_SERVICE_HOST": "10.0.0.1", "QUEEN_PORT": "tcp://10.0.0.1:6632",
+        "QUEEN_PORT_6632_TCP_ADDR": "10.0.0.1", "EMBEDED_PG_PORT": "5"})
+    assert len(warnings) == 4, warnings
+    text = "\n".join(warnings)
+    assert "QUEEN_MESH_PEER is not a queen-broker variable (did you mean QUEEN_MESH_PEERS?)" in text
+    assert "did you mean PG_HOST?" in text and "did you mean EMBEDDED_PG_PORT?" in text
+    assert "PG_SOMETHING is not a queen-broker variable" in text

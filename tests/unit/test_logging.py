@@ -2,6 +2,7 @@
 broker's format, through the InterceptHandler that ``setup_logging`` installs."""
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import uuid
@@ -10,6 +11,7 @@ import pytest
 from loguru import logger
 
 from broker.__main__ import SANIC_LOGGERS, route_sanic_logs, setup_logging
+from broker.logs import Throttle
 
 
 @pytest.fixture
@@ -65,3 +67,53 @@ def test_sanic_lines_leave_its_own_handlers_for_loguru(routed):
     assert not any(logging.getLogger(name).handlers for name in SANIC_LOGGERS)
     logging.getLogger("sanic.root").info("Starting worker [%s]", 42)
     assert routed == ["INFO Starting worker [42]\n"]
+
+
+def test_a_connection_error_traceback_is_one_line_and_repeats_are_throttled(routed):
+    """asyncpg logs each retry of its pool with a traceback; the line keeps the error's
+    words, not the traceback, and repeats within a minute are dropped."""
+    from broker.__main__ import NOISY
+    NOISY._last.clear()
+    for _ in range(3):
+        try:
+            raise ConnectionRefusedError(111, "Connection refused")
+        except ConnectionRefusedError:
+            logging.getLogger("asyncpg.pool").warning(
+                "Failed to restore the pool connection floor; retrying", exc_info=True)
+    assert routed == ["WARNING Failed to restore the pool connection floor; retrying "
+                      "(ConnectionRefusedError: [Errno 111] Connection refused)\n"]
+
+
+def test_json_format_one_object_a_line_with_context_and_exception(capsys):
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        setup_logging("INFO", "json")
+        logger.bind(method="GET", status=200).info("hello {}", "{braces}")
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logger.exception("failed")
+        logging.getLogger("sanic.root").info("Starting worker [%s]", 7)
+        err = capsys.readouterr().err
+    finally:
+        logger.remove()
+        logger.add(sys.stderr)
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+    first, second, third = (json.loads(line) for line in err.splitlines())
+    assert first["message"] == "hello {braces}" and first["level"] == "INFO"
+    assert first["context"] == {"method": "GET", "status": 200}
+    assert first["time"].endswith("Z") and "T" in first["time"]
+    assert second["level"] == "ERROR" and "ValueError: boom" in second["exception"]
+    assert "Traceback" in second["exception"]
+    assert third["message"] == "Starting worker [7]"  # stdlib records: the same format
+
+
+def test_throttle_lets_one_line_a_period_through_and_counts_the_rest():
+    throttle = Throttle(every_s=3600)
+    assert throttle.allow("k") == 0
+    assert throttle.allow("k") is None and throttle.allow("k") is None
+    assert throttle.allow("other") == 0
+    throttle._last["k"] = (throttle._last["k"][0] - 7200, throttle._last["k"][1])
+    assert throttle.allow("k") == 2  # the next line says two were dropped

@@ -71,3 +71,10 @@ def test_other_postgres_errors_show_only_their_sqlstate():
 def test_every_503_says_when_to_retry():
     assert error("Database unavailable, retry later", 503).headers["Retry-After"] == "1"
     assert "Retry-After" not in error("bad", 400).headers
+
+
+def test_asyncpg_protocol_state_error_of_a_vanishing_server_is_unavailable():
+    """Met when PostgreSQL shut down mid-statement; it was a 500, it is a 503 (retry)."""
+    exc = mapped(asyncpg.exceptions.InternalClientError(
+        "cannot switch to state 12; another operation (2) is in progress"))
+    assert isinstance(exc, StoreUnavailable)
