@@ -383,3 +383,74 @@ def test_fuzzed_bodies_never_500_and_bad_ones_change_nothing(http, database, fuz
     assert state(http, fuzz_shard["query_id"], fuzz_shard["partition_id"]) == {}
     assert sink_count(database, fuzz_shard["sink"]) == 0
     assert cursor(database, fuzz_shard["partition_id"], fuzz_shard["group"]) == 0
+
+
+# -- wakes and roles ----------------------------------------------------------------------
+
+def test_a_cycle_sink_push_wakes_a_parked_pop(slow_timer_broker, queue_name):
+    """A pop parked on the sink queue is answered by the cycle's commit, not by its re-check
+    timer (SLOW_TIMER_MS): the cycle's pushes wake like /api/v1/push."""
+    import threading
+    import time
+
+    from tests.conftest import WAKE_BOUND_S, parked_pops
+    from tests.waiting import wait_until
+
+    url = slow_timer_broker.url
+    with httpx.Client(base_url=url, timeout=30) as http:
+        source, sink = queue_name, queue_name + "-sink"
+        q = register(http, "wake-" + queue_name, source, sink=sink).json()
+        push(http, source, "p1", [{"n": 1}])
+        group = "streams." + q["name"]
+        msgs = pop(http, source, group)
+        # the sink queue exists before the pop parks on it
+        http.post("/api/v1/configure", json={"queue": sink, "options": {}})
+        answer: dict = {}
+
+        def reader() -> None:
+            with httpx.Client(base_url=url, timeout=30) as c:
+                answer["body"] = c.get(f"/api/v1/pop/queue/{sink}",
+                                       params={"wait": "true", "timeout": 15000}).json()
+                answer["at"] = time.monotonic()
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        try:
+            wait_until(lambda: parked_pops(url) >= 1, 10, "the sink pop to park")
+            committed_at = time.monotonic()
+            body = cycle_body({"query_id": q["query_id"], "partition_id": msgs[0]["partitionId"],
+                               "group": group, "msgs": msgs, "sink": sink})
+            assert http.post("/streams/v1/cycle", json=body).json()["success"] is True
+        finally:
+            thread.join(20)
+        assert [m["data"] for m in answer["body"]["messages"]] == [{"sum": 3}]
+        assert answer["at"] - committed_at < WAKE_BOUND_S
+
+
+def test_jwt_levels(broker_factory):
+    """read-only may read state and list queries; registering and cycles need read-write."""
+    import jwt
+
+    secret = "streams-secret-" + "x" * 32
+    b = broker_factory(JWT_ENABLED="true", JWT_ALGORITHM="HS256", JWT_SECRET=secret)
+
+    def auth(role: str) -> dict[str, str]:
+        return {"Authorization": "Bearer " + jwt.encode({"sub": "u", "role": role}, secret,
+                                                        algorithm="HS256")}
+
+    reg = {"name": f"jwt-{uuid.uuid4().hex[:8]}", "source_queue": "jwt-src", "config_hash": "h"}
+    with httpx.Client(base_url=b.url, timeout=30) as http:
+        assert http.post("/streams/v1/queries", json=reg, headers=auth("read-only")
+                         ).status_code == 403
+        r = http.post("/streams/v1/queries", json=reg, headers=auth("read-write"))
+        assert r.status_code == 200, r.text
+        qid = r.json()["query_id"]
+        read = {"query_id": qid, "partition_id": str(uuid.uuid4()), "keys": []}
+        assert http.post("/streams/v1/state/get", json=read, headers=auth("read-only")
+                         ).json() == {"success": True, "rows": []}
+        assert http.get("/streams/v1/queries", headers=auth("read-only")).status_code == 200
+        assert http.post("/streams/v1/cycle", json={**read, "ack": None},
+                         headers=auth("read-only")).status_code == 403
+        assert http.post("/streams/v1/cycle", json={**read, "ack": None},
+                         headers=auth("read-write")).status_code == 404  # unknown partition
+        assert http.post("/streams/v1/state/get", json=read).status_code == 401

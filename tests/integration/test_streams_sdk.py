@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
+import json
 import random
 import subprocess
 import sys
@@ -58,16 +59,20 @@ def feed(http: httpx.Client, source: str, events: dict[str, list[dict]]) -> None
             assert r.status_code in (200, 201), r.text
 
 
+SINK_SQL = """SELECT m.payload FROM queen.messages m
+    JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+    WHERE q.name = $1 ORDER BY p.name, m.seq"""
+
+
+def windows_of(rows) -> list[tuple[str, int, int]]:
+    """(key, windowStart, sum) of each sink message."""
+    values = [json.loads(r["payload"]) if isinstance(r["payload"], str) else r["payload"]
+              for r in rows]
+    return [(v["key"], v["windowStart"], v["sum"]) for v in values]
+
+
 def sink_windows(database, sink: str) -> list[tuple[str, int, int]]:
-    rows = db_fetch(database, """SELECT m.payload FROM queen.messages m
-        JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
-        WHERE q.name = $1 ORDER BY p.name, m.seq""", sink)
-    import json
-    out = []
-    for r in rows:
-        v = r["payload"] if isinstance(r["payload"], dict) else json.loads(r["payload"])
-        out.append((v["key"], v["windowStart"], v["sum"]))
-    return out
+    return windows_of(db_fetch(database, SINK_SQL, sink))
 
 
 def source_consumed(database, source: str, group: str) -> bool:
@@ -163,3 +168,103 @@ async def test_changed_pipeline_needs_reset(base_url, database, queue_name):
         await conn.close()
         with contextlib.redirect_stdout(io.StringIO()):
             await q.close()
+
+
+def _window_sums(events: dict[str, list[dict]], starts) -> dict[tuple[str, int], int]:
+    """Sum per (partition, window start) of every window ``starts(ts)`` puts an event in,
+    leaving out the windows of each partition's far-future closing event."""
+    out: dict[tuple[str, int], int] = collections.defaultdict(int)
+    for p, items in events.items():
+        for e in items[:-1]:
+            for s in starts(e["ts"]):
+                out[(p, s)] += e["amount"]
+    return dict(out)
+
+
+def _session_sums(events: dict[str, list[dict]], gap_ms: int) -> dict[tuple[str, int], int]:
+    out: dict[tuple[str, int], int] = {}
+    for p, items in events.items():
+        start, last, acc = None, None, 0
+        for e in items[:-1]:
+            if last is not None and e["ts"] - last > gap_ms:
+                out[(p, start)] = acc
+                start, acc = None, 0
+            start = e["ts"] if start is None else start
+            last, acc = e["ts"], acc + e["amount"]
+        out[(p, start)] = acc
+    return out
+
+
+def _sessions_events() -> dict[str, list[dict]]:
+    """Bursts of events 100 ms apart, bursts 2 s apart (a session gap of 0.5 s splits them)."""
+    rng = random.Random(7)
+    events = {}
+    for p in PARTITIONS:
+        items, t = [], T0
+        for _burst in range(5):
+            for _ in range(rng.randint(1, 4)):
+                items.append({"ts": t, "amount": rng.randint(1, 50)})
+                t += 100
+            t += 2000
+        items.append({"ts": T0 + 10_000_000, "amount": 0})
+        events[p] = items
+    return events
+
+
+@pytest.mark.parametrize("kind", ["sliding", "session", "cron"])
+async def test_sdk_window_kinds(base_url, database, queue_name, kind):
+    """The SDK's other event-time windows give the sums computed here, each window once:
+    sliding (2 s every 1 s), session (gap 0.5 s), cron (every second)."""
+    from queen.streams import Stream
+
+    source, sink, query = queue_name, queue_name + "-sink", f"{kind}-" + queue_name
+    if kind == "session":
+        events = _sessions_events()
+        expected = _session_sums(events, 500)
+    else:
+        events, _ = make_events(seed=11)
+        step = (lambda ts: [ts // 1000 * 1000 - 1000, ts // 1000 * 1000]) if kind == "sliding" \
+            else (lambda ts: [ts // 1000 * 1000])
+        expected = _window_sums(events, step)
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        feed(http, source, events)
+    q = Queen(base_url)
+    try:
+        s = Stream.from_(q.queue(source))
+        et = {"event_time": lambda m: m["data"]["ts"]}
+        s = {"sliding": lambda: s.window_sliding(size=2, slide=1, **et),
+             "session": lambda: s.window_session(gap=0.5, **et),
+             "cron": lambda: s.window_cron(every="second", **et)}[kind]()
+        s = (s.reduce(lambda acc, v: acc + v["amount"], 0)
+             .map(lambda v, ctx: {"key": ctx["partition"], "windowStart": ctx["windowStart"],
+                                  "sum": v})
+             .to(q.queue(sink)))
+        runner = await s.run(query_id=query, url=base_url, batch_size=7, max_wait_millis=100)
+        conn = await asyncpg.connect(database.dsn)
+        try:
+            await wait_until_async(
+                lambda: _at_least(conn.fetch(SINK_SQL, sink), len(expected)), 60,
+                "every window in the sink")
+            await runner.stop()
+            got = windows_of(await conn.fetch(SINK_SQL, sink))
+        finally:
+            await conn.close()
+    finally:
+        with contextlib.redirect_stdout(io.StringIO()):
+            await q.close()
+    assert len(got) == len(expected)
+    if kind == "session":  # session starts are the first event's time: compare sums per key
+        by_key = collections.defaultdict(list)
+        for (k, _), v in expected.items():
+            by_key[k].append(v)
+        got_by_key = collections.defaultdict(list)
+        for k, _, v in got:
+            got_by_key[k].append(v)
+        assert {k: sorted(v) for k, v in got_by_key.items()} == {
+            k: sorted(v) for k, v in by_key.items()}
+    else:
+        assert {(k, s): v for k, s, v in got} == expected
+
+
+async def _at_least(rows, n: int) -> bool:
+    return len(await rows) >= n
