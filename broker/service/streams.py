@@ -111,13 +111,13 @@ async def cycle(ctx: BrokerContext, req: CycleRequest, producer_sub: str | None)
     try:
         results = await run_transaction(ctx.store, steps, [], prelude)
     except _Replayed:
-        telemetry.messages["stream_cycle_replayed"] += 1
+        telemetry.stream_cycles["replayed"] += 1
         return CycleOutcome(0, [], {"success": True, "lease_released": False, "dlq": False,
                                     "already_acknowledged": True}, replayed=True)
     except UnknownTarget:
         raise  # the route answers 404
     except TransactionAborted as aborted:
-        telemetry.messages["stream_cycle_rolled_back"] += 1
+        telemetry.stream_cycles["rolled_back"] += 1
         return CycleOutcome(0, [], None, error=aborted.reason)
     pushed: list[tuple[PushItem, Any]] = []
     ack_out = None
@@ -130,5 +130,9 @@ async def cycle(ctx: BrokerContext, req: CycleRequest, producer_sub: str | None)
             ack_out = {"success": r["success"], "lease_released": r["lease_released"],
                        "dlq": r["dlq"]}
     wake_after_commit(ctx, {(i.queue, i.partition) for i, r in pushed if r["status"] == "queued"})
-    telemetry.messages["stream_cycles"] += 1
+    telemetry.stream_cycles["committed"] += 1
+    for _item, r in pushed:  # counted like /api/v1/push and /api/v1/ack count theirs
+        telemetry.messages[r["status"]] += 1
+    if ack_out is not None and ack is not None:
+        telemetry.messages["dlq" if ack_out["dlq"] else "acked_" + ack.status] += 1
     return CycleOutcome(applied, pushed, ack_out)

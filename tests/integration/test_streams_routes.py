@@ -454,3 +454,15 @@ def test_jwt_levels(broker_factory):
         assert http.post("/streams/v1/cycle", json={**read, "ack": None},
                          headers=auth("read-write")).status_code == 404  # unknown partition
         assert http.post("/streams/v1/state/get", json=read).status_code == 401
+
+
+def test_queries_and_state_sizes_in_prometheus(http, shard):
+    """The operator's view: per query its state rows and bytes, and cycles by outcome."""
+    assert http.post("/streams/v1/cycle", json=cycle_body(shard)).json()["success"] is True
+    http.post("/streams/v1/cycle", json=cycle_body(shard, lease_id=str(uuid.uuid4())))
+    text = http.get("/metrics/prometheus").text
+    name = "q-" + shard["source"]
+    assert f'queen_stream_state_rows{{query="{name}"}} 1.0' in text
+    assert f'queen_stream_state_bytes{{query="{name}"}}' in text
+    assert 'queen_stream_cycles_total{outcome="committed"}' in text
+    assert 'queen_stream_cycles_total{outcome="replayed"}' in text
