@@ -13,11 +13,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from broker.service.ack import leases_released
+from broker.service.ack import leases_released, refuse_held
 from broker.service.context import BrokerContext
 from broker.service.push import to_rows, wake_after_commit
 from broker.store import streams as store
-from broker.store.db import AckRow, PartitionHeld, TransactionAborted, run_transaction
+from broker.store.db import AckRow, TransactionAborted, run_transaction
 from broker.store.streams import StateOp, StateRead
 from broker.telemetry import telemetry
 from broker.wire import PushItem
@@ -78,10 +78,7 @@ async def cycle(ctx: BrokerContext, req: CycleRequest, producer_sub: str | None)
     to a partition a spool still holds is refused (PartitionHeld, a 503), as for
     /api/v1/transaction: a cycle cannot wait in the spool. PostgreSQL unreachable:
     StoreUnavailable (503), nothing spooled."""
-    held = next(((i.queue, i.partition) for i in req.pushes
-                 if ctx.spool_backlog.holds([(i.queue, i.partition)])), None)
-    if held is not None:
-        raise PartitionHeld(*held)
+    refuse_held(ctx, req.pushes)
     rows = await to_rows(ctx, req.pushes, producer_sub) if req.pushes else []
     steps: list[tuple[str, list]] = [("push", rows)] if rows else []
     applied = 0
