@@ -196,7 +196,8 @@ async def cycle(request: Request):
         # Rolled back (the ack's lease or message): answered in-band, as the SDK expects.
         return json({"success": False, **head, "state_ops_applied": 0, "push_results": [],
                      "ack_result": None, "error": out.error})
-    return json({"success": True, **head, "state_ops_applied": out.applied,
+    return json({"success": True, **head, "already_committed": out.replayed,
+                 "state_ops_applied": out.applied,
                  "push_results": [{"queueName": item.queue, "partition": item.partition,
                                    "messageId": str(r["message_id"]),
                                    "transactionId": item.transaction_id,

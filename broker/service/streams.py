@@ -60,8 +60,9 @@ class UnknownTarget(TransactionAborted):
 
 
 class _Replayed(Exception):
-    """The cycle's ack is at or behind the cursor: it was committed before (a retry whose
-    answer was lost, or another worker took the batch over); nothing more is written."""
+    """The cycle was committed before (a retry whose answer was lost, or another worker
+    took the batch over): its ack is at or behind the cursor, or, without an ack, every
+    state row it deletes is gone. Nothing more is written."""
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,9 @@ async def cycle(ctx: BrokerContext, req: CycleRequest, producer_sub: str | None)
         results = await run_transaction(ctx.store, steps, [], prelude)
     except _Replayed:
         telemetry.stream_cycles["replayed"] += 1
-        return CycleOutcome(0, [], {"success": True, "lease_released": False, "dlq": False,
-                                    "already_acknowledged": True}, replayed=True)
+        return CycleOutcome(0, [], None if ack is None else {
+            "success": True, "lease_released": False, "dlq": False,
+            "already_acknowledged": True}, replayed=True)
     except UnknownTarget:
         raise  # the route answers 404
     except TransactionAborted as aborted:

@@ -184,6 +184,7 @@ def test_a_retried_cycle_commits_nothing_twice(http, database, shard):
     r = http.post("/streams/v1/cycle", json=again)
     assert r.status_code == 200 and r.json()["success"] is True, r.text
     assert r.json()["ack_result"]["already_acknowledged"] is True
+    assert r.json()["already_committed"] is True
     assert sink_count(database, shard["sink"]) == 1
     assert state(http, shard["query_id"], shard["partition_id"]) == {"k1": {"acc": 3}}
 
@@ -221,12 +222,22 @@ def test_a_failed_ack_dead_letters_and_releases(http, database, shard):
 
 
 def test_cycle_without_ack_is_a_flush(http, database, shard):
-    """An idle flush: state deletes and sink pushes, no source ack, the cursor stays."""
-    body = cycle_body(shard, ack=None, state_ops=[{"type": "delete", "key": "nope"}])
-    r = http.post("/streams/v1/cycle", json=body).json()
-    assert r["success"] is True and r["ack_result"] is None and r["state_ops_applied"] == 1
+    """An idle flush: state deletes and sink pushes, no source ack, the cursor stays. Sent
+    again (its answer lost), it finds the rows it deletes gone and writes nothing more."""
+    ops = [{"type": "upsert", "key": "w1", "value": {"acc": 5, "windowEnd": 1}},
+           {"type": "upsert", "key": "w2", "value": {"acc": 6, "windowEnd": 2}}]
+    assert http.post("/streams/v1/cycle", json=cycle_body(shard, ack=None, state_ops=ops,
+                                                          push_items=[])).json()["success"]
+    flush = cycle_body(shard, ack=None, state_ops=[{"type": "delete", "key": "w1"},
+                                                   {"type": "delete", "key": "w2"}])
+    r = http.post("/streams/v1/cycle", json=flush).json()
+    assert r["success"] is True and r["ack_result"] is None and r["state_ops_applied"] == 2
     assert sink_count(database, shard["sink"]) == 1
     assert cursor(database, shard["partition_id"], shard["group"]) == 0
+    assert state(http, shard["query_id"], shard["partition_id"]) == {}
+    r = http.post("/streams/v1/cycle", json=flush).json()
+    assert r["success"] is True and r["state_ops_applied"] == 0 and r["push_results"] == []
+    assert sink_count(database, shard["sink"]) == 1
 
 
 def test_state_ops_apply_in_order(http, shard):

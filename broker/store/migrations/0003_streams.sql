@@ -83,7 +83,9 @@ $$;
 --     idle flush of the same shard commit one after the other.
 --   * With p_ack_txid: when that message is at or behind the group's cursor the
 --     cycle was committed before (a retry whose answer was lost) and status is
---     'replayed': the caller commits nothing more. When p_lease is the group's
+--     'replayed': the caller commits nothing more. Without it (an idle flush), the
+--     same when the cycle deletes keys it does not upsert and none of the rows it
+--     deletes exists any more. When p_lease is the group's
 --     live lease and p_whole_batch, ack_txid is the newest message that lease
 --     handed out on the partition: a cycle acknowledges the whole batch it
 --     popped there (the SDK orders a batch by createdAt and id, which need not be
@@ -111,6 +113,21 @@ BEGIN
     END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended(p_query::text || ':' || p_partition::text, 737100));
     ack_txid := p_ack_txid;
+    IF p_ack_txid IS NULL
+       AND EXISTS (SELECT 1 FROM unnest(p_types, p_keys) AS o(t, k)
+                   WHERE o.t = 'delete'
+                     AND o.k <> ALL (SELECT u.k FROM unnest(p_types, p_keys) AS u(t, k)
+                                     WHERE u.t = 'upsert'))
+       AND NOT EXISTS (
+        SELECT 1 FROM queen_streams.state s
+        JOIN unnest(p_types, p_keys) AS o(t, k) ON o.t = 'delete' AND s.key = o.k
+        WHERE s.query_id = p_query AND s.partition_id = p_partition) THEN
+        -- An idle flush emits the windows it deletes (keys it deletes and does not
+        -- upsert): when every row it deletes is gone already, those windows were
+        -- emitted before (a retry whose answer was lost, or another worker's flush).
+        RETURN QUERY SELECT 'replayed'::text, 0, p_ack_txid;
+        RETURN;
+    END IF;
     IF p_ack_txid IS NOT NULL THEN
         SELECT m.seq INTO acked_seq FROM queen.messages m
         WHERE m.partition_id = p_partition AND m.transaction_id = p_ack_txid;
