@@ -1,2 +1,2 @@
 """Queen-compatible message broker on PostgreSQL: the HTTP face and the storage."""
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -14,6 +14,7 @@ import inspect
 import logging
 import os
 import socket
+import ssl
 import sys
 import textwrap
 import time
@@ -49,12 +50,12 @@ def external_dsn(settings: Settings) -> str:
     hosts = ",".join(f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
                      for host, port in settings.pg_servers)
     query = {"target_session_attrs": settings.pg_session_attrs}
-    if settings.pg_use_ssl:
+    if settings.pg_use_ssl and not settings.pg_tls_unverified:
         # verify-full checks the chain (against PGSSLROOTCERT, or ~/.postgresql/root.crt) and
-        # the host name; asyncpg's "require" silently skips verification when no root
-        # certificate is found, so it only serves the explicit "encrypt, don't verify" choice.
-        # Never "prefer": it falls back to plain text.
-        query["sslmode"] = "verify-full" if settings.pg_ssl_reject_unauthorized else "require"
+        # the host name, and fails when there is no CA file: asyncpg's "require" would skip
+        # verification then, silently. Unverified TLS is a context given with the connection
+        # (Store.connect's tls). Never "prefer": it falls back to plain text.
+        query["sslmode"] = "verify-full"
     return (f"postgresql://{user}:{password}@{hosts}/{quote(settings.pg_db, safe='')}?"
             + "&".join(f"{k}={v}" for k, v in query.items()))
 
@@ -171,14 +172,22 @@ def start_embedded(settings: Settings):
     return embedded
 
 
+def _is_tls_problem(exc: BaseException) -> bool:
+    """The server's certificate failed verification, or there is no CA file to verify it."""
+    import ssl
+    return isinstance(exc, (ssl.SSLCertVerificationError,
+                            asyncpg.exceptions.ClientConfigurationError))
+
+
 def _is_retryable(exc: BaseException) -> bool:
-    """Errors that can heal by waiting (down, starting, full); not a wrong password."""
+    """Errors that can heal by waiting (down, starting, full); not a wrong password, not a
+    TLS verification problem."""
     from broker.store.db import UNAVAILABLE_ERRORS
-    return isinstance(exc, UNAVAILABLE_ERRORS)
+    return not _is_tls_problem(exc) and isinstance(exc, UNAVAILABLE_ERRORS)
 
 
 async def wait_for_database(dsn: str, address: str, variables: str, *, wait_ms: int,
-                            connect_timeout_ms: int) -> None:
+                            connect_timeout_ms: int, tls: ssl.SSLContext | None = None) -> None:
     """Connect once (retrying for up to ``wait_ms``) and bring the schema up to date, so that
     an unreachable database, or one whose schema is newer than this broker, is one line here
     rather than a traceback from the server's start-up hook."""
@@ -186,12 +195,18 @@ async def wait_for_database(dsn: str, address: str, variables: str, *, wait_ms: 
     last_log = None
     while True:
         try:
-            conn = await asyncpg.connect(dsn, timeout=connect_timeout_ms / 1000)
+            conn = await asyncpg.connect(dsn, timeout=connect_timeout_ms / 1000,
+                                         **({"ssl": tls} if tls is not None else {}))
         except Exception as exc:  # every failure becomes one line
-            reason = f"{exc.__class__.__name__}: {exc}".strip()
+            reason = " ".join(f"{exc.__class__.__name__}: {exc}".split())  # one line
             if not _is_retryable(exc):
+                check = variables
+                if _is_tls_problem(exc):
+                    check = ("PGSSLROOTCERT (the CA that signed the server's certificate) and "
+                             "PG_SSL_REJECT_UNAUTHORIZED, and that PG_HOST names the host the "
+                             "certificate is for")
                 raise StartupError(f"PostgreSQL at {address} refused the connection ({reason}); "
-                                   f"check {variables}") from None
+                                   f"check {check}") from None
             if time.monotonic() >= deadline:
                 waited = f" for {wait_ms} ms" if wait_ms else ""
                 raise StartupError(f"cannot reach PostgreSQL at {address}{waited} ({reason}); "
@@ -212,11 +227,11 @@ async def wait_for_database(dsn: str, address: str, variables: str, *, wait_ms: 
 
 
 async def migrate(conn: asyncpg.Connection) -> None:
-    from broker.store.schema import SchemaTooNew, apply_schema
+    from broker.store.schema import MigrationFailed, SchemaTooNew, apply_schema
     try:
         state = await apply_schema(conn)
-    except SchemaTooNew as exc:
-        raise StartupError(str(exc)) from None
+    except (SchemaTooNew, MigrationFailed) as exc:
+        raise StartupError(" ".join(str(exc).split())) from None
     if state.applied_now:
         logger.info("schema: applied {}; now at version {}", ", ".join(state.applied_now),
                     state.version)
@@ -246,9 +261,11 @@ def main(argv: list[str] | None = None) -> int:
             dsn = external_dsn(settings)
             address = ",".join(f"{host}:{port}" for host, port in settings.pg_servers)
             variables = "PG_HOST/PG_PORT (and PG_USER/PG_PASSWORD/PG_DB)"
-        asyncio.run(wait_for_database(dsn, address, variables,
-                                      wait_ms=settings.pg_connect_wait_ms,
-                                      connect_timeout_ms=settings.db_connection_timeout))
+        from broker.store.db import unverified_tls
+        asyncio.run(wait_for_database(
+            dsn, address, variables, wait_ms=settings.pg_connect_wait_ms,
+            connect_timeout_ms=settings.db_connection_timeout,
+            tls=unverified_tls() if settings.pg_tls_unverified else None))
         from broker.app import create_app
         try:
             app = create_app(settings, dsn)

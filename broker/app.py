@@ -35,6 +35,7 @@ from broker.store.db import (
     StoreInvalidValue,
     StoreUnavailable,
     fails_every_request,
+    unverified_tls,
 )
 from broker.store.streams import read_state
 from broker.telemetry import telemetry
@@ -97,7 +98,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             statement_timeout_ms=settings.db_statement_timeout,
             lock_timeout_ms=settings.db_lock_timeout,
             idle_timeout_ms=settings.db_idle_timeout,
-            application_name=f"queen-broker:{settings.queen_server_id}")
+            application_name=f"queen-broker:{settings.queen_server_id}",
+            tls=unverified_tls() if settings.pg_tls_unverified else None)
         store.order_wait_ms = settings.file_buffer_order_wait_ms
         app.ctx.store = store
         # Refs for long_poll, proxies (built once: pykka introspects on each

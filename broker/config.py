@@ -507,6 +507,12 @@ class Settings:
                      for host, port in _peers("PG_HOST", self.pg_host))
 
     @property
+    def pg_tls_unverified(self) -> bool:
+        """TLS to PostgreSQL that encrypts without verifying the server (an explicit choice:
+        PG_USE_SSL=true with PG_SSL_REJECT_UNAUTHORIZED=false)."""
+        return self.pg_use_ssl and not self.pg_ssl_reject_unauthorized
+
+    @property
     def pg_session_attrs(self) -> str:
         """target_session_attrs for the connections: read-write when several hosts are listed."""
         if self.pg_target_session_attrs:

@@ -138,6 +138,24 @@ class EmbeddedPostgres:
             self._owner_file.unlink(missing_ok=True)
             self.owned = False
 
+    def clone_from(self, primary: EmbeddedPostgres) -> None:
+        """Make this (new, empty) data dir a streaming standby of the running ``primary``
+        (``pg_basebackup -R``); ``start()`` then starts it as a hot standby. For replicas
+        on one machine: HA tests and trying a failover locally."""
+        with _thread_lock, self._lock:
+            self._data_dir.mkdir(parents=True, exist_ok=True)
+            if self._system_user is not None:
+                self._prepare_for_system_user()
+            os.chmod(self._data_dir, 0o700)  # the server refuses a group- or world-readable dir
+            self._run("pg_basebackup", "-D", str(self._data_dir), "-h", primary.host,
+                      "-p", str(primary.port), "-U", "postgres", "-R", "-X", "stream",
+                      "-c", "fast")
+
+    def promote(self) -> None:
+        """Promote this standby to a primary (``pg_ctl promote``), waiting until it is done."""
+        with _thread_lock, self._lock:
+            self._run("pg_ctl", "-D", str(self._data_dir), "-w", "-t", "60", "promote")
+
     def kill(self) -> None:
         """SIGKILL the postmaster, simulating a crash (for fault tests)."""
         pid, _ = self._postmaster()

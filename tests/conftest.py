@@ -109,17 +109,23 @@ def wait_healthy(broker: BrokerProcess, timeout: float) -> BrokerProcess:
 
 
 def start_broker(database: Database, tmp: Path, **env_overrides: str) -> BrokerProcess:
+    """A broker process on ``database``, returned once its /health answers 200."""
+    return wait_healthy(launch_broker(database, tmp, **env_overrides), 30)
+
+
+def launch_broker(database: Database, tmp: Path, *, cwd: str | Path = ROOT,
+                  **env_overrides: str) -> BrokerProcess:
+    """A broker process on ``database``, returned at once (not waited for). ``cwd`` is where
+    ``python -m broker`` imports the broker from (another checkout: another version)."""
     port = free_port()
     env = {**os.environ, **database.env(), "HOST": "127.0.0.1", "PORT": str(port),
            "LOG_LEVEL": "INFO", "FILE_BUFFER_DIR": str(tmp / f"buffers-{port}"),
            "QUEEN_MESH_PEERS": "", "DB_POOL_SIZE": "10", **env_overrides}
     log_path = tmp / f"broker-{port}.log"
     log = open(log_path, "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "broker"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "broker"], cwd=cwd, env=env,
                             stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    broker = BrokerProcess(url, port, env, proc, log_path)
-    return wait_healthy(broker, 30)
+    return BrokerProcess(f"http://127.0.0.1:{port}", port, env, proc, log_path)
 
 
 @pytest.fixture(scope="session")

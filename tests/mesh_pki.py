@@ -1,8 +1,10 @@
-"""Throw-away certificates for mesh TLS tests: a mesh CA, broker certificates it
-signed, and a rogue CA with a certificate of its own (cryptography's x509 builder)."""
+"""Throw-away certificates for TLS tests (the mesh's, PostgreSQL's): a CA, certificates it
+signed for localhost / 127.0.0.1, and a rogue CA with a certificate of its own
+(cryptography's x509 builder)."""
 from __future__ import annotations
 
 import datetime
+import ipaddress
 from pathlib import Path
 
 from cryptography import x509
@@ -52,7 +54,9 @@ def issue(directory: Path, ca, name: str) -> dict[str, str]:
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (_builder(name, ca_cert.subject, key, ca_key)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), False)
+            .add_extension(x509.SubjectAlternativeName([
+                x509.DNSName("localhost"),
+                x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))]), False)
             .sign(ca_key, hashes.SHA256()))
     _write(directory / name, cert, key)
     return {"cert": str(directory / f"{name}.crt"), "key": str(directory / f"{name}.key")}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ UNAVAILABLE_ERRORS = (
     # the push is spooled rather than failed, and the connection is dropped so the pool
     # opens a new one through PG_HOST's list (see Store.connection).
     asyncpg.exceptions.ReadOnlySQLTransactionError,
+    # Every PG_HOST server answered, none with the session attributes asked for (only
+    # standbys, e.g. between a primary's death and a standby's promotion).
+    asyncpg.exceptions.TargetServerAttributeNotMatched,
 )
 
 
@@ -177,6 +181,16 @@ class ServerInUse:
                 logger.warning("database: now on {} ({}); was {}", self.address, role, before)
 
 
+def unverified_tls() -> ssl.SSLContext:
+    """Encrypt without verifying the server (PG_SSL_REJECT_UNAUTHORIZED=false). Given to
+    asyncpg as a context because its sslmode=require still verifies whenever a CA file is
+    found (PGSSLROOTCERT, ~/.postgresql/root.crt), which would make "false" mean "maybe"."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
 def _connection_setup(server: ServerInUse):
     async def init(conn: asyncpg.Connection) -> None:
         await conn.set_type_codec("jsonb", encoder=_dumps, decoder=ujson.loads,
@@ -227,7 +241,9 @@ class Store:
     async def connect(cls, dsn: str, *, pool_size: int, connect_timeout_ms: int,
                       statement_timeout_ms: int, lock_timeout_ms: int,
                       idle_timeout_ms: int, application_name: str = "queen-broker",
-                      apply: bool = True) -> Store:
+                      apply: bool = True, tls: ssl.SSLContext | None = None) -> Store:
+        """A pool on ``dsn``; ``tls``, when given, is the TLS context of every connection
+        (else the DSN's sslmode decides)."""
         server_settings = {
             "timezone": "UTC",  # timestamps go out with a literal Z
             "statement_timeout": str(statement_timeout_ms),
@@ -236,8 +252,10 @@ class Store:
             "application_name": application_name,
         }
         timeout = connect_timeout_ms / 1000
+        tls_arg = {} if tls is None else {"ssl": tls}
         if apply:
-            conn = await asyncpg.connect(dsn, timeout=timeout, server_settings=server_settings)
+            conn = await asyncpg.connect(dsn, timeout=timeout, server_settings=server_settings,
+                                         **tls_arg)
             try:
                 await apply_schema(conn)
             finally:
@@ -246,7 +264,7 @@ class Store:
         pool = await asyncpg.create_pool(
             dsn, min_size=min(2, pool_size), max_size=pool_size, timeout=timeout,
             server_settings=server_settings, init=_connection_setup(server),
-            reset=_keep_session, max_inactive_connection_lifetime=60,
+            reset=_keep_session, max_inactive_connection_lifetime=60, **tls_arg,
         )
         store = cls(pool, acquire_timeout=timeout)
         store.server = server

@@ -52,6 +52,10 @@ class SchemaTooNew(Exception):
     """The database holds migrations this broker does not know."""
 
 
+class MigrationFailed(Exception):
+    """A migration could not be applied; nothing of it was (its transaction rolled back)."""
+
+
 @dataclass(frozen=True)
 class SchemaState:
     version: int            # newest migration applied, after this boot
@@ -117,10 +121,18 @@ async def apply_schema(conn: asyncpg.Connection) -> SchemaState:
         for migration in migrations():
             if migration.version in applied:
                 continue
-            async with conn.transaction():
-                await conn.execute(migration.sql)
-                await conn.execute(_CREATE_RECORD_TABLE)
-                await conn.execute(_RECORD, migration.version, migration.name)
+            try:
+                async with conn.transaction():
+                    await conn.execute(migration.sql)
+                    await conn.execute(_CREATE_RECORD_TABLE)
+                    await conn.execute(_RECORD, migration.version, migration.name)
+            except asyncpg.exceptions.ReadOnlySQLTransactionError:
+                raise MigrationFailed(
+                    f"migration {migration.label} cannot be applied: the server is read-only "
+                    f"(a standby?); point PG_HOST at the primary") from None
+            except asyncpg.exceptions.PostgresError as exc:
+                raise MigrationFailed(f"migration {migration.label} failed, nothing of it was "
+                                      f"applied: {exc.__class__.__name__}: {exc}") from None
             done.append(migration.label)
         return SchemaState(schema_version(), done)
     finally:

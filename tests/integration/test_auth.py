@@ -69,8 +69,12 @@ def auth(tok: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {tok}"}
 
 
-RO, RW, ADMIN = (token(role="read-only"), token(role="read-write", sub="writer-7"),
-                 token(role="admin", sub="root"))
+# Made when the module is imported, at collection, which can be many minutes before these
+# tests run in a long suite on a loaded machine: a day's lifetime, not the default 5 minutes.
+DAY = 24 * 3600
+RO, RW, ADMIN = (token(role="read-only", exp_in=DAY),
+                 token(role="read-write", sub="writer-7", exp_in=DAY),
+                 token(role="admin", sub="root", exp_in=DAY))
 
 
 def qname() -> str:

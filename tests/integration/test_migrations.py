@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 
@@ -27,6 +28,20 @@ def test_migrations_are_numbered_one_to_n_and_the_script_is_all_of_them():
     numbers = [m.version for m in migrations()]
     assert numbers == list(range(1, len(numbers) + 1)) and schema_version() == numbers[-1]
     assert all(m.sql in schema_sql() for m in migrations())
+
+
+def test_no_migration_redefines_a_function_an_earlier_one_created():
+    """A function's name is its contract: a later migration that CREATE OR REPLACEs one would
+    change, during a rolling upgrade, the SQL the previous release's brokers call. A changed
+    function is a new name (..._v2)."""
+    defined: dict[str, str] = {}
+    pattern = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+queen\.(\w+)", re.I)
+    for migration in migrations():
+        for name in set(pattern.findall(migration.sql)):
+            assert name not in defined, (f"{migration.label} redefines queen.{name}, "
+                                         f"created by {defined[name]}")
+            defined[name] = migration.label
+    assert "push_ordered" in defined and "pop_messages" in defined
 
 
 def test_a_fresh_database_gets_every_migration_once(fresh_database, tmp_path):
@@ -101,3 +116,30 @@ def test_a_database_made_before_migrations_were_numbered_is_taken_over(fresh_dat
                       "SELECT count(*) FROM queen.queues WHERE name = 'legacy-q'") == 1
     finally:
         broker.stop()
+
+
+def test_a_migration_that_fails_is_one_line_and_leaves_nothing_half_applied(fresh_database,
+                                                                             tmp_path):
+    """A migration runs in one transaction with its record: when it fails (here: 0002 cannot
+    drop a function a view depends on), nothing of it stays and the broker says which."""
+    async def block_0002():
+        conn = await asyncpg.connect(fresh_database.dsn)
+        try:
+            await conn.execute(migrations()[0].sql)
+            # A view that calls it: DROP FUNCTION (without CASCADE) refuses while it exists.
+            await conn.execute(
+                "CREATE VIEW public.uses_push_messages AS SELECT * FROM queen.push_messages("
+                "NULL::integer[], NULL::text[], NULL::text[], NULL::uuid[], NULL::text[], "
+                "NULL::uuid[], NULL::text[], NULL::boolean[], NULL::text[])")
+        finally:
+            await conn.close()
+
+    asyncio.run(block_0002())
+    result = run_broker_to_exit(fresh_database, tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "Traceback" not in output, output
+    errors = [line for line in output.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and "migration 0002_drop_push_messages failed" in errors[0], output
+    assert db_val(fresh_database, "SELECT to_regproc('queen.push_messages')") is not None
+    versions = db_fetch(fresh_database, "SELECT version FROM queen.schema_migrations")
+    assert [r["version"] for r in versions] == [1]
