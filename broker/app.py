@@ -23,7 +23,7 @@ from broker.config import Settings
 from broker.crypto import PayloadCipher
 from broker.http import CORS_HEADERS, error
 from broker.logs import Throttle, dropped_note
-from broker.routes import ack, admin, docs, ops, pop, push, quarantine, system
+from broker.routes import ack, admin, docs, ops, pop, push, quarantine, streams, system
 from broker.service import push as push_service
 from broker.service.context import BrokerContext
 from broker.service.gauges import gauges
@@ -38,6 +38,7 @@ from broker.store.db import (
     fails_every_request,
     unverified_tls,
 )
+from broker.store.streams import read_state
 from broker.telemetry import telemetry
 from broker.wire import BadRequest
 
@@ -107,7 +108,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     app.config.ACCESS_LOG = False
 
     for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp, docs.bp,
-                      *ops.blueprints):
+                      streams.bp, *ops.blueprints):
         if blueprint is not pop.bp:
             answer_head_like_get(blueprint)
         app.blueprint(blueprint)
@@ -195,6 +196,10 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         app.ctx.ack_batcher = Batcher.start(
             store.ack, max_items=settings.ack_max_batch_items,
             max_concurrent=settings.ack_max_concurrent, name="ack",
+            retry_alone=lambda exc: not fails_every_request(exc)).proxy()
+        app.ctx.streams_state_batcher = Batcher.start(
+            lambda reads: read_state(store, reads), max_items=settings.ack_max_batch_items,
+            max_concurrent=settings.ack_max_concurrent, name="streams_state",
             retry_alone=lambda exc: not fails_every_request(exc)).proxy()
         app.ctx.jobs = await start_jobs(store=store, settings=settings, telemetry=telemetry,
                                         gauges=lambda: gauges(app.ctx))

@@ -79,6 +79,9 @@ ROUTE_LEVELS: list[tuple[frozenset[str] | None, str, int]] = [
     (frozenset({"GET"}), r"/api/v1/pop(/.*)?", READ_WRITE),
     (frozenset({"POST"}), r"/api/v1/ack(/batch)?", READ_WRITE),
     (frozenset({"POST"}), r"/api/v1/transaction", READ_WRITE),
+    (frozenset({"POST"}), r"/streams/v1/state/get", READ_ONLY),
+    (frozenset({"POST"}), r"/streams/v1/(queries|cycle)", READ_WRITE),
+    (frozenset({"DELETE"}), rf"/streams/v1/queries/{_SEG}", READ_WRITE),
     (frozenset({"POST"}), rf"/api/v1/lease/{_SEG}/extend", READ_WRITE),
     (frozenset({"POST"}), r"/api/v1/configure", READ_WRITE),
     (frozenset({"POST"}), rf"/api/v1/consumer-groups/{_SEG}/subscription", READ_WRITE),
@@ -91,6 +94,7 @@ ROUTE_LEVELS: list[tuple[frozenset[str] | None, str, int]] = [
     (frozenset({"GET"}), r"/api/v1/(resources|analytics|traces)/.*", READ_ONLY),
     (frozenset({"GET"}), r"/api/v1/(status|messages|consumer-groups)(/.*)?", READ_ONLY),
     (frozenset({"GET"}), r"/api/v1/dlq", READ_ONLY),
+    (frozenset({"GET"}), r"/streams/v1/queries", READ_ONLY),
 ]
 # Paths in no rule (unknown or future routes; they mostly answer 404 after the check):
 # reads need READ_ONLY, anything else READ_WRITE. A valid token is always required there.

@@ -18,6 +18,8 @@ class Telemetry:
     errors: Counter = field(default_factory=Counter)
     # messages: pushed (queued), buffered (spooled), duplicate, popped, acked, failed, dlq
     messages: Counter = field(default_factory=Counter)
+    # streams cycles by outcome: committed, rolled_back, replayed (already acknowledged)
+    stream_cycles: Counter = field(default_factory=Counter)
     # latency samples are recorded by the HTTP layer into prometheus histograms; this
     # keeps only the running totals the collector writes per minute
     request_seconds_total: float = 0.0
@@ -34,7 +36,7 @@ class Telemetry:
     def snapshot(self) -> dict:
         return {"uptime_s": round(time.time() - self.started_at, 3),
                 "requests": dict(self.requests), "errors": dict(self.errors),
-                "messages": dict(self.messages),
+                "messages": dict(self.messages), "stream_cycles": dict(self.stream_cycles),
                 "request_seconds_total": round(self.request_seconds_total, 6)}
 
 

@@ -19,11 +19,12 @@ from broker.openapi.paths import (
     messaging,
     queues,
     status,
+    streams,
     system,
     traces,
 )
 
-GROUPS = (messaging, queues, messages, consumer_groups, traces, status, system)
+GROUPS = (messaging, queues, messages, consumer_groups, traces, status, system, streams)
 
 COMPONENTS: dict[str, Any] = {
     "schemas": {

@@ -33,6 +33,16 @@ async def ack(ctx: BrokerContext, rows: list[AckRow]) -> list[Any]:
     return results
 
 
+def refuse_held(ctx: BrokerContext, pushes: Sequence[PushItem]) -> None:
+    """PartitionHeld for the first push to a partition this broker's spool still holds:
+    a push inside a transaction cannot wait in the spool, and committing it now would put
+    it ahead of the spooled ones."""
+    held = next(((i.queue, i.partition) for i in pushes
+                 if ctx.spool_backlog.holds([(i.queue, i.partition)])), None)
+    if held is not None:
+        raise PartitionHeld(*held)
+
+
 @dataclass(frozen=True)
 class TransactionOutcome:
     transaction_id: str
@@ -48,10 +58,7 @@ async def transaction(ctx: BrokerContext, flat: list[tuple[str, Any]], required:
     transaction cannot wait in the spool, and committing its pushes now would
     put them ahead of the spooled ones."""
     pushes: list[PushItem] = [x for k, x in flat if k == "push"]
-    held = next(((i.queue, i.partition) for i in pushes
-                 if ctx.spool_backlog.holds([(i.queue, i.partition)])), None)
-    if held is not None:
-        raise PartitionHeld(*held)
+    refuse_held(ctx, pushes)
     push_rows = iter(await to_rows(ctx, pushes, producer_sub) if pushes else ())
     steps: list[tuple[str, list]] = []
     for kind, x in flat:

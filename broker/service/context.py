@@ -42,4 +42,5 @@ class BrokerContext:
     spool_backlog: SpoolBacklog = None  # type: ignore[assignment]
     push_batcher: Any = None     # Batcher proxy folding pushes
     ack_batcher: Any = None      # Batcher proxy folding acks
+    streams_state_batcher: Any = None  # Batcher proxy folding /streams/v1/state/get reads
     jobs: Any = None             # leader jobs (retention, stats, metrics)

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -510,8 +510,11 @@ class TransactionAborted(Exception):
         self.dead_lease = dead_lease
 
 
+Prelude = Callable[[asyncpg.Connection], Awaitable[None]]
+
+
 async def run_transaction(store: Store, steps: list[tuple[str, list]],
-                          required_leases: list[str]) -> list:
+                          required_leases: list[str], prelude: Prelude | None = None) -> list:
     """Run push and ack steps atomically, in order, on one connection.
 
     ``steps`` is a list of ("push", [PushRow]) / ("ack", [AckRow]); consecutive
@@ -519,10 +522,14 @@ async def run_transaction(store: Store, steps: list[tuple[str, list]],
     round trip. Returns the per-step result rows. Any failed ack, or a
     required lease that is not live, raises TransactionAborted and nothing is
     committed. Acks marked failed go straight to the DLQ (api.md §7).
+
+    ``prelude``, when given, runs first on the transaction's connection (a streams
+    cycle applies its state ops there, and may still amend ``steps``); whatever it
+    raises rolls the transaction back. It runs again if the transaction is rerun.
     """
     for attempt in range(3):
         try:
-            return await _transaction_once(store, steps, required_leases)
+            return await _transaction_once(store, steps, required_leases, prelude)
         except StoreConflict:
             # Two transactions locked partitions and cursors in opposite orders;
             # PostgreSQL aborted this one, so nothing was committed: run it again.
@@ -533,7 +540,7 @@ async def run_transaction(store: Store, steps: list[tuple[str, list]],
 
 
 async def _transaction_once(store: Store, steps: list[tuple[str, list]],
-                            required_leases: list[str]) -> list:
+                            required_leases: list[str], prelude: Prelude | None) -> list:
     results: list = []
     async with store.connection() as conn:
         with _mapped_errors():
@@ -544,6 +551,8 @@ async def _transaction_once(store: Store, steps: list[tuple[str, list]],
                     if dead:
                         raise TransactionAborted(f"Invalid or expired lease: {dead[0]}",
                                                  dead_lease=dead[0])
+                if prelude is not None:
+                    await prelude(conn)
                 for step, (kind, rows) in enumerate(steps):
                     if kind == "push":
                         pushed = await store.push(rows, conn=conn)

@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 
 from broker.store import ops_sql as q
-from broker.store import sql
+from broker.store import sql, streams_sql
 from broker.store.db import QUEUE_MODE, Store
 
 Record = asyncpg.Record
@@ -372,5 +372,7 @@ async def metrics_snapshot(store: Store) -> dict:
         queues = await conn.fetch(q.QUEUE_STATS_ROWS)
         dlq = await conn.fetch(q.DLQ_BY_QUEUE)
         leases = await conn.fetchval(q.LIVE_LEASE_COUNT)
+        streams = await conn.fetch(streams_sql.QUERY_LIST)
     return {"queues": {r["queue"]: queue_figures(r) for r in queues},
-            "dlq": [(r["queue"], r["n"]) for r in dlq], "leases": leases}
+            "dlq": [(r["queue"], r["n"]) for r in dlq], "leases": leases,
+            "streams": [(r["name"], r["state_rows"], r["state_bytes"]) for r in streams]}

@@ -633,11 +633,11 @@ def test_prometheus_render_with_mesh():
                        "mesh": {"messages_sent": 5, "messages_received": 4,
                                 "messages_dropped": 1, "servers_alive": 2, "servers_dead": 1}},
             "telemetry": {"uptime_s": 3.0, "requests": {"r": 1}, "errors": {},
-                          "messages": {"queued": 2}},
+                          "messages": {"queued": 2}, "stream_cycles": {"committed": 7}},
             "process": {}, "pool_waiting": 0, "spool": None,
             "db": {"queues": {"q": {"total": 6, "pending": 3, "processing": 1, "completed": 0,
                                     "deadLetter": 2}},
-                   "dlq": [("q", 2)], "leases": 1}}
+                   "dlq": [("q", 2)], "leases": 1, "streams": [("sums", 4, 512)]}}
     families = {f.name: f for f in text_string_to_metric_families(render(snap).decode())}
     sent = {s.labels["dir"]: s.value for s in families["queen_transport_messages"].samples
             if s.name.endswith("_total")}
@@ -648,6 +648,10 @@ def test_prometheus_render_with_mesh():
     assert {s.labels["queue"]: s.value for s in families["queen_queue_pending"].samples} == {"q": 3}
     assert families["queen_dlq_depth"].samples[0].value == 2
     assert "queen_file_buffer_pending" not in families
+    assert {s.labels["query"]: s.value for s in families["queen_stream_state_rows"].samples} == {
+        "sums": 4}
+    assert [s.value for s in families["queen_stream_cycles"].samples
+            if s.name.endswith("_total")] == [7]
 
 
 async def test_counters_come_from_stats_table_once_populated(fresh_database):

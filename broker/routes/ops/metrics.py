@@ -220,6 +220,8 @@ class SnapshotCollector:
                     1 if g["pop_maintenance_mode"] else 0)
         yield counter("queen_messages_total", "Messages seen by this broker, by outcome",
                       ["status"], sorted(([k], v) for k, v in t["messages"].items()))
+        yield counter("queen_stream_cycles", "Streams cycles on this broker, by outcome",
+                      ["outcome"], sorted(([k], v) for k, v in t["stream_cycles"].items()))
         yield counter("queen_requests_total", "HTTP requests by route", ["route"],
                       sorted(([k], v) for k, v in t["requests"].items()))
         yield counter("queen_request_errors_total", "HTTP 5xx answers by route", ["route"],
@@ -234,6 +236,12 @@ class SnapshotCollector:
             yield gauge("queen_dlq_depth_by_queue", "Dead letters per queue", None, ["queue"],
                         [([q], n) for q, n in db["dlq"]])
             yield gauge("queen_leases_active", "Live (partition, group) leases", db["leases"])
+            yield gauge("queen_stream_queries", "Registered streaming queries",
+                        len(db["streams"]))
+            yield gauge("queen_stream_state_rows", "State rows per streaming query", None,
+                        ["query"], [([n], rows) for n, rows, _b in db["streams"]])
+            yield gauge("queen_stream_state_bytes", "Stored bytes of state values per query",
+                        None, ["query"], [([n], b) for n, _rows, b in db["streams"]])
         mesh = g.get("mesh")
         if mesh is not None:
             yield counter("queen_transport_messages", "Mesh frames by direction", ["dir"],

@@ -1,0 +1,114 @@
+"""Streaming SDK throughput: cycles/s and events/s of a tumbling-window sum (issue 16).
+
+    .venv/bin/python benchmarks/streams_cycle.py [--partitions 8] [--events 20000]
+        [--batch 200] [--runners 2]
+
+One broker on its own PostgreSQL (embedded, or PG_HOST...). ``--events`` events spread over
+``--partitions`` partitions are pushed first; then ``--runners`` official-client streams
+(queen-mq's ``queen.streams``: event-time 1 s tumbling window, reduce, sink) of one query
+consume them. Every popped batch of a partition is one cycle: a state read
+(/streams/v1/state/get) and a commit (/streams/v1/cycle: state ops, sink pushes, source
+ack in one transaction). Reported: cycles and events per second from the first cycle
+until the source group's cursors reach the end, and the sink's window count against the
+expected one. Timings are for comparing revisions on one machine, never for the tests.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import asyncpg  # noqa: E402
+import httpx  # noqa: E402
+
+from _harness import Broker, start_database  # noqa: E402
+
+T0 = 1_800_000_000_000
+
+
+async def run(args: argparse.Namespace) -> int:
+    from queen import Queen
+    from queen.streams import Stream
+
+    db = start_database()
+    broker = None
+    try:
+        broker = Broker(db)
+        source = f"bench-src-{uuid.uuid4().hex[:8]}"
+        sink = source + "-sink"
+        per = args.events // args.partitions
+        async with httpx.AsyncClient(base_url=broker.url, timeout=60) as http:
+            for p in range(args.partitions):
+                for n in range(0, per, 1000):
+                    r = await http.post("/api/v1/push", json={"items": [
+                        {"queue": source, "partition": f"p{p}",
+                         "payload": {"ts": T0 + 10 * i, "amount": 1}}
+                        for i in range(n, min(per, n + 1000))]})
+                    r.raise_for_status()
+        windows = args.partitions * ((10 * (per - 1)) // 1000)  # all but each last window
+        q = Queen(broker.url)
+        stream = (Stream.from_(q.queue(source))
+                  .window_tumbling(seconds=1, event_time=lambda m: m["data"]["ts"])
+                  .reduce(lambda acc, v: acc + v["amount"], 0)
+                  .to(q.queue(sink)))
+        conn = await asyncpg.connect(db.dsn)
+        group = "streams.bench"
+        done_sql = """SELECT coalesce(bool_and(coalesce(l.cursor_seq, 0) = p.last_seq), false)
+            FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+            LEFT JOIN queen.log_consumers l ON l.partition_id = p.id AND l.consumer_group = $2
+            WHERE q.name = $1"""
+        started = time.monotonic()
+        runners = [await stream.run(query_id="bench", url=broker.url, batch_size=args.batch,
+                                    max_partitions=1, max_wait_millis=200)
+                   for _ in range(args.runners)]
+        while not await conn.fetchval(done_sql, source, group):
+            if time.monotonic() - started > args.timeout:
+                break
+            await asyncio.sleep(0.05)
+        elapsed = time.monotonic() - started
+        cycles = sum(r.metrics()["cyclesTotal"] for r in runners)
+        events = sum(r.metrics()["messagesTotal"] for r in runners)
+        for r in runners:
+            await r.stop()
+        sunk = await conn.fetchval("""SELECT count(*) FROM queen.messages m
+            JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q
+            ON q.id = p.queue_id WHERE q.name = $1""", sink)
+        await conn.close()
+        with contextlib.redirect_stdout(io.StringIO()):
+            await q.close()
+        result = {"partitions": args.partitions, "events": per * args.partitions,
+                  "batch": args.batch, "runners": args.runners,
+                  "seconds": round(elapsed, 2), "cycles": cycles,
+                  "cycles_per_s": round(cycles / elapsed, 1),
+                  "events_per_s": round(events / elapsed, 1),
+                  "sink_windows": sunk, "expected_windows": windows}
+        print(json.dumps(result, indent=2))
+        return 0 if events == per * args.partitions and sunk == windows else 1
+    finally:
+        if broker is not None:
+            broker.stop()
+        db.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--events", type=int, default=20_000)
+    ap.add_argument("--batch", type=int, default=200)
+    ap.add_argument("--runners", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=300)
+    return asyncio.run(run(ap.parse_args()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
