@@ -1,0 +1,132 @@
+-- Migration 0003: state next to the messages (offset reads, key/value, lock
+-- fences, timers).
+--
+-- * queen.fetch_v1: reads a partition by offset for POST /api/v1/fetch
+--   (offset o is the message at seq o + 1; no lease, no cursor).
+-- * queen.kv: the key/value rows of POST /api/v1/kv. A row past expires_at is
+--   dead: every read and every precondition treats it as absent (the
+--   predicate is the truth, not the row's presence); the retention job deletes
+--   dead rows later.
+-- * queen.lock_fences: one row per lock name, the last fencing token handed
+--   out. The permits themselves are queen.kv rows in namespace 'queen-locks';
+--   this row outlives their expiry and deletion, so a token only ever rises.
+-- * queen.timers: pending timers of POST /api/v1/timers; a delivered timer has
+--   no row (there is no tombstone).
+
+-- ----------------------------------------------------------------------
+-- Offset reads
+-- ----------------------------------------------------------------------
+
+-- Entries in the order given; per entry one header row (seq NULL) carrying the
+-- partition's id, last_seq and first kept seq, then its records. An offset
+-- below the oldest kept record or past last_seq reads nothing (the caller
+-- answers OFFSET_OUT_OF_RANGE). Budgets count payload bytes (the stored JSON
+-- text): an entry's records stay within its own budget and the call's, except
+-- that an entry's first record is taken when nothing of the call was taken
+-- yet, or when it fits the call's budget, so a record larger than a budget is
+-- still readable (alone).
+CREATE FUNCTION queen.fetch_v1(p_queues text[], p_partitions text[], p_offsets bigint[],
+                               p_budgets bigint[], p_call_budget bigint, p_max_records integer)
+RETURNS TABLE (idx integer, partition_id uuid, last_seq bigint, first_seq bigint,
+               seq bigint, transaction_id text, payload jsonb, is_encrypted boolean,
+               created_at timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    i integer;
+    pid uuid;
+    v_last bigint;
+    v_first bigint;
+    used_call bigint := 0;
+    used_entry bigint;
+    taken integer;
+    size bigint;
+    m record;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(p_queues, 1), 0) LOOP
+        SELECT pt.id, pt.last_seq INTO pid, v_last
+        FROM queen.queues q JOIN queen.partitions pt ON pt.queue_id = q.id
+        WHERE q.name = p_queues[i] AND pt.name = p_partitions[i];
+        IF pid IS NULL THEN
+            RETURN QUERY SELECT i - 1, NULL::uuid, 0::bigint, NULL::bigint, NULL::bigint,
+                                NULL::text, NULL::jsonb, NULL::boolean, NULL::timestamptz;
+            CONTINUE;
+        END IF;
+        SELECT min(mm.seq) INTO v_first FROM queen.messages mm WHERE mm.partition_id = pid;
+        RETURN QUERY SELECT i - 1, pid, v_last, v_first, NULL::bigint, NULL::text,
+                            NULL::jsonb, NULL::boolean, NULL::timestamptz;
+        IF p_offsets[i] < coalesce(v_first - 1, v_last) OR p_offsets[i] > v_last THEN
+            CONTINUE;
+        END IF;
+        used_entry := 0;
+        taken := 0;
+        FOR m IN SELECT mm.seq, mm.transaction_id, mm.payload, mm.is_encrypted, mm.created_at,
+                        octet_length(mm.payload::text)::bigint AS size
+                 FROM queen.messages mm
+                 WHERE mm.partition_id = pid AND mm.seq > p_offsets[i]
+                 ORDER BY mm.seq LIMIT p_max_records LOOP
+            size := m.size;
+            IF taken = 0 THEN
+                EXIT WHEN used_call > 0 AND used_call + size > p_call_budget;
+            ELSE
+                EXIT WHEN used_entry + size > p_budgets[i] OR used_call + size > p_call_budget;
+            END IF;
+            used_entry := used_entry + size;
+            used_call := used_call + size;
+            taken := taken + 1;
+            RETURN QUERY SELECT i - 1, pid, v_last, v_first, m.seq, m.transaction_id, m.payload,
+                                m.is_encrypted, m.created_at;
+        END LOOP;
+    END LOOP;
+END;
+$$;
+
+-- ----------------------------------------------------------------------
+-- Key/value
+-- ----------------------------------------------------------------------
+
+-- Keys compare byte-wise (COLLATE "C"): a prefix is then one contiguous range
+-- of the primary key, whatever the database's collation.
+CREATE TABLE queen.kv (
+    namespace  text COLLATE "C" NOT NULL,
+    key        text COLLATE "C" NOT NULL,
+    value      jsonb NOT NULL,
+    -- 1 when the key is created; +1 on every write while the row exists (a
+    -- write over a dead row goes on from its version)
+    version    bigint NOT NULL,
+    expires_at timestamptz,            -- NULL: forever
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (namespace, key)
+);
+CREATE INDEX kv_expires_idx ON queen.kv (expires_at) WHERE expires_at IS NOT NULL;
+
+-- ----------------------------------------------------------------------
+-- Lock fences
+-- ----------------------------------------------------------------------
+
+CREATE TABLE queen.lock_fences (
+    name       text COLLATE "C" PRIMARY KEY,
+    last_token bigint NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- ----------------------------------------------------------------------
+-- Timers
+-- ----------------------------------------------------------------------
+
+CREATE TABLE queen.timers (
+    queue_name     text COLLATE "C" NOT NULL,
+    timer_key      text COLLATE "C" NOT NULL,
+    partition_name text NOT NULL DEFAULT 'Default',
+    payload        jsonb NOT NULL,          -- as the message will carry it (encrypted if the queue is)
+    is_encrypted   boolean NOT NULL DEFAULT false,
+    txn            text NOT NULL,           -- the delivered message's transactionId (dedup)
+    message_id     uuid NOT NULL,           -- promised at schedule time
+    producer_sub   text,
+    deliver_at     timestamptz NOT NULL,    -- not before
+    attempts       integer NOT NULL DEFAULT 0,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    updated_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue_name, timer_key)
+);
+CREATE INDEX timers_due_idx ON queen.timers (deliver_at);
