@@ -130,3 +130,33 @@ CREATE TABLE queen.timers (
     PRIMARY KEY (queue_name, timer_key)
 );
 CREATE INDEX timers_due_idx ON queen.timers (deliver_at);
+
+-- The row of (namespace, key), locked FOR UPDATE for a write. A key with no row
+-- gets a dead placeholder first (version 0, expires_at -infinity), so a write
+-- always has a row to lock and two concurrent writers of a new key serialise on
+-- it; a placeholder left by a write that did not apply is dead (absent to every
+-- reader) and the retention job deletes it.
+CREATE FUNCTION queen.kv_lock_v1(p_ns text, p_key text)
+RETURNS TABLE (value jsonb, version bigint, expires_at timestamptz, updated_at timestamptz,
+               live boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- Twice at most: the retention job may delete a dead row between the insert
+    -- (which found it) and the lock (which then finds nothing).
+    FOR attempt IN 1 .. 3 LOOP
+        INSERT INTO queen.kv AS k (namespace, key, value, version, expires_at)
+        VALUES (p_ns, p_key, 'null'::jsonb, 0, '-infinity')
+        ON CONFLICT (namespace, key) DO NOTHING;
+        RETURN QUERY
+            SELECT k.value, k.version, k.expires_at, k.updated_at,
+                   (k.expires_at IS NULL OR k.expires_at > now())
+            FROM queen.kv k WHERE k.namespace = p_ns AND k.key = p_key
+            FOR UPDATE;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'kv row % / % vanished three times', p_ns, p_key
+        USING ERRCODE = '40001';
+END;
+$$;
