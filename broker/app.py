@@ -22,7 +22,7 @@ from broker.auth import Authenticator
 from broker.config import Settings
 from broker.crypto import PayloadCipher
 from broker.http import CORS_HEADERS, error, json
-from broker.routes import ack, admin, kv, ops, pop, push, quarantine, reads, system
+from broker.routes import ack, admin, kv, locks, ops, pop, push, quarantine, reads, system
 from broker.service import push as push_service
 from broker.service.context import BrokerContext
 from broker.service.gauges import gauges
@@ -83,7 +83,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     app.config.ACCESS_LOG = False
 
     for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp,
-                      reads.bp, kv.bp, *ops.blueprints):
+                      reads.bp, kv.bp, locks.bp, *ops.blueprints):
         if blueprint is not pop.bp:
             answer_head_like_get(blueprint)
         app.blueprint(blueprint)

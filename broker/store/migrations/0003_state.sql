@@ -160,3 +160,19 @@ BEGIN
         USING ERRCODE = '40001';
 END;
 $$;
+
+-- The fence row of a lock, locked FOR UPDATE: every operation on one lock takes
+-- it first, so they apply one at a time and tokens are handed out in commit
+-- order. Fence rows are never deleted.
+CREATE FUNCTION queen.lock_fence_v1(p_name text)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_token bigint;
+BEGIN
+    INSERT INTO queen.lock_fences AS f (name, last_token) VALUES (p_name, 0)
+    ON CONFLICT (name) DO NOTHING;
+    SELECT f.last_token INTO v_token FROM queen.lock_fences f WHERE f.name = p_name FOR UPDATE;
+    RETURN v_token;
+END;
+$$;
