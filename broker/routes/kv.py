@@ -4,6 +4,8 @@ sugar ``GET|PUT|DELETE /api/v1/kv/<ns>/<key>`` (one key; an ETag carries the ver
 with a write READ_WRITE."""
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse
 
@@ -73,6 +75,7 @@ async def _one(request: Request, raw: dict, status_when_refused: int) -> HTTPRes
 
 @bp.get("/api/v1/kv/<ns:str>/<key:path>", unquote=True)
 async def kv_get(request: Request, ns: str, key: str):
+    key = unquote(key)  # Sanic leaves a <path> parameter percent-encoded
     op = parse_kv_op({"op": "get", "ns": ns, "key": key}, "request")
     result = (await service.batch(request.app.ctx, [op])).results[0]
     if not result["found"]:
@@ -82,6 +85,7 @@ async def kv_get(request: Request, ns: str, key: str):
 
 @bp.put("/api/v1/kv/<ns:str>/<key:path>", unquote=True)
 async def kv_put(request: Request, ns: str, key: str):
+    key = unquote(key)  # Sanic leaves a <path> parameter percent-encoded
     body = dict(body_object(read_json(request)))
     for field in ("op", "ns", "key", "expect"):
         if field in body:
@@ -92,6 +96,7 @@ async def kv_put(request: Request, ns: str, key: str):
 
 @bp.delete("/api/v1/kv/<ns:str>/<key:path>", unquote=True)
 async def kv_delete(request: Request, ns: str, key: str):
+    key = unquote(key)  # Sanic leaves a <path> parameter percent-encoded
     raw = {"op": "delete", "ns": ns, "key": key, **_if_match(request)}
     # A delete of a key that is not there is idempotent (200, applied false); only a
     # version that does not match is a failed precondition.

@@ -176,3 +176,101 @@ BEGIN
     RETURN v_token;
 END;
 $$;
+
+-- Schedule (or reschedule: the same upsert) timer (p_queue, p_key). A row that
+-- is locked and due is being delivered by a sweeper (which claims due rows FOR
+-- UPDATE SKIP LOCKED and deletes them in the same transaction as the push):
+-- 'too_late'. A row locked and not due is another schedule or cancel in flight:
+-- wait for it, then look again. Returns 'scheduled' (no pending timer had the
+-- key), 'rescheduled' (one had: replaced, attempts back to 0) or 'too_late'.
+-- The message id is kept when the txn is the same (a retried schedule).
+CREATE FUNCTION queen.timer_schedule_v1(p_queue text, p_key text, p_partition text,
+                                        p_payload jsonb, p_encrypted boolean, p_txn text,
+                                        p_message_id uuid, p_producer_sub text,
+                                        p_delay_ms bigint)
+RETURNS TABLE (status text, message_id uuid, deliver_at timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_due timestamptz;
+    v_at timestamptz := now() + make_interval(secs => p_delay_ms / 1000.0);
+BEGIN
+    FOR attempt IN 1 .. 3 LOOP
+        PERFORM 1 FROM queen.timers t
+        WHERE t.queue_name = p_queue AND t.timer_key = p_key FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            RETURN QUERY
+                UPDATE queen.timers t
+                SET partition_name = p_partition, payload = p_payload,
+                    is_encrypted = p_encrypted,
+                    message_id = CASE WHEN t.txn = p_txn THEN t.message_id ELSE p_message_id END,
+                    txn = p_txn, producer_sub = p_producer_sub, deliver_at = v_at,
+                    attempts = 0, updated_at = now()
+                WHERE t.queue_name = p_queue AND t.timer_key = p_key
+                RETURNING 'rescheduled'::text, t.message_id, t.deliver_at;
+            RETURN;
+        END IF;
+        SELECT t.deliver_at INTO v_due FROM queen.timers t
+        WHERE t.queue_name = p_queue AND t.timer_key = p_key;
+        IF FOUND THEN
+            IF v_due <= clock_timestamp() THEN
+                RETURN QUERY SELECT 'too_late'::text, NULL::uuid, NULL::timestamptz;
+                RETURN;
+            END IF;
+            PERFORM 1 FROM queen.timers t
+            WHERE t.queue_name = p_queue AND t.timer_key = p_key FOR UPDATE;
+            CONTINUE;
+        END IF;
+        RETURN QUERY
+            INSERT INTO queen.timers AS t (queue_name, timer_key, partition_name, payload,
+                                           is_encrypted, txn, message_id, producer_sub,
+                                           deliver_at)
+            VALUES (p_queue, p_key, p_partition, p_payload, p_encrypted, p_txn, p_message_id,
+                    p_producer_sub, v_at)
+            ON CONFLICT (queue_name, timer_key) DO NOTHING
+            RETURNING 'scheduled'::text, t.message_id, t.deliver_at;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'timer % / % kept changing under the schedule', p_queue, p_key
+        USING ERRCODE = '40001';
+END;
+$$;
+
+-- Cancel timer (p_queue, p_key): 'cancelled' (with the timer's txn), 'absent'
+-- (no pending timer: never scheduled, cancelled, or ALREADY DELIVERED) or
+-- 'too_late' (a sweeper is delivering it), by the same rules as the schedule.
+CREATE FUNCTION queen.timer_cancel_v1(p_queue text, p_key text)
+RETURNS TABLE (status text, txn text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_due timestamptz;
+BEGIN
+    FOR attempt IN 1 .. 3 LOOP
+        RETURN QUERY
+            DELETE FROM queen.timers t
+            WHERE (t.queue_name, t.timer_key) IN (
+                SELECT x.queue_name, x.timer_key FROM queen.timers x
+                WHERE x.queue_name = p_queue AND x.timer_key = p_key
+                FOR UPDATE SKIP LOCKED)
+            RETURNING 'cancelled'::text, t.txn;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        SELECT t.deliver_at INTO v_due FROM queen.timers t
+        WHERE t.queue_name = p_queue AND t.timer_key = p_key;
+        IF NOT FOUND THEN
+            RETURN QUERY SELECT 'absent'::text, NULL::text;
+            RETURN;
+        END IF;
+        IF v_due <= clock_timestamp() THEN
+            RETURN QUERY SELECT 'too_late'::text, NULL::text;
+            RETURN;
+        END IF;
+        PERFORM 1 FROM queen.timers t
+        WHERE t.queue_name = p_queue AND t.timer_key = p_key FOR UPDATE;
+    END LOOP;
+    RAISE EXCEPTION 'timer % / % kept changing under the cancel', p_queue, p_key
+        USING ERRCODE = '40001';
+END;
+$$;
