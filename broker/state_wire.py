@@ -466,3 +466,20 @@ def parse_timer_page(args: Mapping[str, str]) -> tuple[str | None, int]:
     except ValueError:
         raise _timer_refusal("limit must be a whole number") from None
     return after, max(1, min(limit, TIMER_PAGE_MAX))
+
+
+# -- transaction riders ------------------------------------------------------------------
+
+def parse_riders(body: Mapping[str, Any]) -> tuple[list[KvOp], list[TimerOp]]:
+    """The ``kv`` and ``timers`` arrays of POST /api/v1/transaction (absent: none)."""
+    kv_raw = body.get("kv")
+    timers_raw = body.get("timers")
+    kv_ops = [] if kv_raw is None else [
+        parse_kv_op(raw, f"kv[{n}]", in_transaction=True)
+        for n, raw in enumerate(array_field(body, "kv", KV_MAX_OPS, code="kv_bad_request",
+                                            allow_empty=True))]
+    timer_ops = [] if timers_raw is None else [
+        parse_timer_op(raw, f"timers[{n}]")
+        for n, raw in enumerate(array_field(body, "timers", TIMER_MAX_OPS,
+                                            code="timers_bad_request", allow_empty=True))]
+    return kv_ops, timer_ops

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -481,8 +481,15 @@ class TransactionAborted(Exception):
         self.dead_lease = dead_lease
 
 
+Hook = Callable[[asyncpg.Connection], Awaitable[None]]
+"""Extra work of a transaction on its connection (the key/value and timer riders): it
+keeps its own results, and raises to roll the whole transaction back. It runs again
+when the transaction is rerun after a deadlock, so it must overwrite, not append."""
+
+
 async def run_transaction(store: Store, steps: list[tuple[str, list]],
-                          required_leases: list[str]) -> list:
+                          required_leases: list[str], *, before: Hook | None = None,
+                          after: Hook | None = None) -> list:
     """Run push and ack steps atomically, in order, on one connection.
 
     ``steps`` is a list of ("push", [PushRow]) / ("ack", [AckRow]); consecutive
@@ -490,10 +497,12 @@ async def run_transaction(store: Store, steps: list[tuple[str, list]],
     round trip. Returns the per-step result rows. Any failed ack, or a
     required lease that is not live, raises TransactionAborted and nothing is
     committed. Acks marked failed go straight to the DLQ (api.md §7).
+    ``before`` runs after the lease check and before the first step, ``after``
+    after the last step, both inside the same PostgreSQL transaction.
     """
     for attempt in range(3):
         try:
-            return await _transaction_once(store, steps, required_leases)
+            return await _transaction_once(store, steps, required_leases, before, after)
         except StoreConflict:
             # Two transactions locked partitions and cursors in opposite orders;
             # PostgreSQL aborted this one, so nothing was committed: run it again.
@@ -504,7 +513,8 @@ async def run_transaction(store: Store, steps: list[tuple[str, list]],
 
 
 async def _transaction_once(store: Store, steps: list[tuple[str, list]],
-                            required_leases: list[str]) -> list:
+                            required_leases: list[str], before: Hook | None,
+                            after: Hook | None) -> list:
     results: list = []
     async with store.connection() as conn:
         with _mapped_errors():
@@ -515,6 +525,8 @@ async def _transaction_once(store: Store, steps: list[tuple[str, list]],
                     if dead:
                         raise TransactionAborted(f"Invalid or expired lease: {dead[0]}",
                                                  dead_lease=dead[0])
+                if before is not None:
+                    await before(conn)
                 for step, (kind, rows) in enumerate(steps):
                     if kind == "push":
                         pushed = await store.push(rows, conn=conn)
@@ -529,4 +541,6 @@ async def _transaction_once(store: Store, steps: list[tuple[str, list]],
                         if bad is not None:
                             raise TransactionAborted(acked[bad]["error"] or "ack failed",
                                                      failed_at=(step, bad))
+                if after is not None:
+                    await after(conn)
     return results
