@@ -26,6 +26,7 @@ from broker.http import CORS_HEADERS, error, json
 from broker.routes import (
     ack,
     admin,
+    ephemeral,
     kv,
     locks,
     ops,
@@ -97,7 +98,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     app.config.ACCESS_LOG = False
 
     for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp,
-                      reads.bp, kv.bp, locks.bp, timers.bp, *ops.blueprints):
+                      reads.bp, kv.bp, locks.bp, timers.bp,
+                      ephemeral.bp, *ops.blueprints):
         if blueprint is not pop.bp:
             answer_head_like_get(blueprint)
         app.blueprint(blueprint)

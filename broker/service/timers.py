@@ -53,6 +53,8 @@ async def batch(ctx: BrokerContext, ops: list[TimerOp], producer_sub: str | None
     ops = await prepared(ctx, ops, producer_sub)
     results = await timers.batch(ctx.store, ops)
     scheduled(ctx, ops, results)
+    for r in results:
+        ctx.telemetry.messages["timer_" + r["status"]] += 1
     return results
 
 
@@ -72,4 +74,6 @@ async def deliver_due(ctx: BrokerContext) -> tuple[int, float | None]:
     """One sweep (the TimerSweeper's ``deliver``); pops are woken after the commit."""
     delivery = await timers.deliver_due(ctx.store, SWEEP_BATCH)
     wake_after_commit(ctx, delivery.pairs)
+    if delivery.delivered:
+        ctx.telemetry.messages["timer_delivered"] += delivery.delivered
     return delivery.delivered, delivery.next_due_s
