@@ -26,7 +26,7 @@ from pathlib import Path
 import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import start_brokers, start_database  # noqa: E402
+from _harness import start_brokers, start_database
 
 
 def _pct(values: list[float], p: float) -> float:

@@ -194,3 +194,24 @@ def test_timer_bodies_never_500(http, ops):
         assert r.json()["error"].startswith("timers_")
     else:
         assert len(r.json()["results"]) == len(ops)
+
+
+async def test_encrypted_queue_timer_and_fetch(client, http, queue_name):
+    """On an encrypted queue a timer's payload is stored encrypted (peek says so), and the
+    delivered message reads as the plain payload through pop and through fetch."""
+    r = http.post("/api/v1/configure", json={"queue": queue_name,
+                                             "options": {"encryptionEnabled": True}})
+    assert r.status_code == 200, r.text
+
+    async def flag_seen():  # the broker's encryption-flag cache refreshes on its own
+        res = await client.timers.schedule(queue_name, "probe", "p", delay_ms=600_000)
+        peek = await client.timers.peek(queue_name, "probe")
+        await client.timers.cancel(queue_name, "probe")
+        return res["ok"] and peek["encrypted"]
+
+    await wait_until_async(flag_seen, 30, "the queue's encryption flag", interval=0.3)
+    await client.timers.schedule(queue_name, "secret", {"card": "4111"}, delay_ms=50)
+    (msg,) = await pop_all(client, queue_name, 1)
+    assert msg["data"] == {"card": "4111"}
+    read = await client.queue(queue_name).fetch("Default")
+    assert [rec["payload"] for rec in read["Default"]["records"]] == [{"card": "4111"}]
