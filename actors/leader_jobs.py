@@ -246,17 +246,22 @@ class RetentionJob(PeriodicJob):
         self.partitions_dropped += dropped
         purged: dict[str, int] = {}
         for table, statement in sql.METRICS_PURGES:
-            total = 0
-            while True:
-                status = await conn.execute(statement, self._metrics_days, self._batch)
-                n = int(status.split()[-1])
-                total += n
-                if n < self._batch:
-                    break
-            purged[table] = total
-            self.purged[table] += total
+            purged[table] = await self._purge(conn, statement, self._metrics_days)
+            self.purged[table] += purged[table]
+        kv_purged = await self._purge(conn, sql.KV_PURGE_DEAD)
+        self.purged["kv"] += kv_purged
         return {"skipped": False, "deleted": deleted, "partitionsDropped": dropped,
-                "purged": purged}
+                "purged": purged, "kvPurged": kv_purged}
+
+    async def _purge(self, conn: Any, statement: str, *args: Any) -> int:
+        """Run a DELETE of at most ``batch`` rows (its last argument) until it deletes fewer."""
+        total = 0
+        while True:
+            status = await conn.execute(statement, *args, self._batch)
+            n = int(status.split()[-1])
+            total += n
+            if n < self._batch:
+                return total
 
     async def _give_back(self, conn: Any, state: str) -> None:
         """Unlock (when held) and return the connection; a connection that may

@@ -18,13 +18,30 @@ from actors.pop_waiters import PopWaiterRegistry
 from actors.reconciler import CacheReconciler, MaintenanceFlags, QueueConfigCache
 from actors.runtime import stop_all
 from actors.spool import Spool
+from actors.timer_sweeper import TimerSweeper
 from broker.auth import Authenticator
 from broker.config import Settings
 from broker.crypto import PayloadCipher
-from broker.http import CORS_HEADERS, error
+from broker.http import CORS_HEADERS, error, json
 from broker.logs import Throttle, dropped_note
-from broker.routes import ack, admin, docs, ops, pop, push, quarantine, streams, system
+from broker.routes import (
+    ack,
+    admin,
+    docs,
+    ephemeral,
+    kv,
+    locks,
+    ops,
+    pop,
+    push,
+    quarantine,
+    reads,
+    streams,
+    system,
+    timers,
+)
 from broker.service import push as push_service
+from broker.service import timers as timers_service
 from broker.service.context import BrokerContext
 from broker.service.gauges import gauges
 from broker.store.db import (
@@ -108,7 +125,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     app.config.ACCESS_LOG = False
 
     for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp, docs.bp,
-                      streams.bp, *ops.blueprints):
+                      streams.bp, reads.bp, kv.bp, locks.bp, timers.bp,
+                      ephemeral.bp, *ops.blueprints):
         if blueprint is not pop.bp:
             answer_head_like_get(blueprint)
         app.blueprint(blueprint)
@@ -201,6 +219,9 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             lambda reads: read_state(store, reads), max_items=settings.ack_max_batch_items,
             max_concurrent=settings.ack_max_concurrent, name="streams_state",
             retry_alone=lambda exc: not fails_every_request(exc)).proxy()
+        app.ctx.timer_sweeper = TimerSweeper.start(
+            lambda: timers_service.deliver_due(app.ctx),
+            batch=timers_service.SWEEP_BATCH).proxy()
         app.ctx.jobs = await start_jobs(store=store, settings=settings, telemetry=telemetry,
                                         gauges=lambda: gauges(app.ctx))
         logger.info("broker {} serving on http://{}:{}", settings.queen_server_id,
@@ -237,6 +258,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
 
     @app.exception(BadRequest)
     async def bad_request(_request: Request, exc: BadRequest):
+        if exc.code is not None:
+            return json({"error": exc.code, "detail": exc.message}, exc.status)
         return error(exc.message, exc.status)
 
     @app.exception(StoreUnavailable)

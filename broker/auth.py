@@ -90,6 +90,13 @@ ROUTE_LEVELS: list[tuple[frozenset[str] | None, str, int]] = [
     (frozenset({"POST"}), r"/api/v1/traces", READ_WRITE),
     (frozenset({"DELETE"}), rf"/api/v1/messages/{_SEG}/{_SEG}", READ_WRITE),
     (frozenset({"POST"}), rf"/api/v1/messages/{_SEG}/{_SEG}/retry", READ_WRITE),
+    # the state surfaces: a batch that writes is held to READ_WRITE by its route
+    # (``writes_allowed``), since one POST carries reads and writes alike
+    (frozenset({"POST"}), r"/api/v1/(fetch|partitions/changed|kv|locks)", READ_ONLY),
+    (frozenset({"GET"}), r"/api/v1/(kv|timers)/.*", READ_ONLY),
+    (frozenset({"PUT", "DELETE"}), r"/api/v1/kv/.*", READ_WRITE),
+    (frozenset({"POST"}), r"/api/v1/timers", READ_WRITE),
+    (frozenset({"DELETE"}), r"/api/v1/timers/.*", READ_WRITE),
     # READ_ONLY: reads of the operator API
     (frozenset({"GET"}), r"/api/v1/(resources|analytics|traces)/.*", READ_ONLY),
     (frozenset({"GET"}), r"/api/v1/(status|messages|consumer-groups)(/.*)?", READ_ONLY),
@@ -334,6 +341,7 @@ class Authenticator:
 
     async def authorize(self, request) -> Any:
         request.ctx.producer_sub = None
+        request.ctx.auth_level = ADMIN  # auth off (or a skipped path): anything goes
         if not self.enabled or request.method == "OPTIONS" or self.skipped(request.path):
             return None
         level = required_level(request.method, request.path)
@@ -348,7 +356,8 @@ class Authenticator:
             else:
                 logger.debug("auth: {} {}: {}", request.method, request.path, failure.message)
             return error(failure.message, failure.status)
-        if self.level_of(claims) < level:
+        request.ctx.auth_level = self.level_of(claims)
+        if request.ctx.auth_level < level:
             logger.debug("auth: {} {} needs {}", request.method, request.path,
                          LEVEL_NAMES[level])
             return error("Insufficient permissions", 403)
@@ -444,3 +453,9 @@ class Authenticator:
             elif isinstance(value, list):
                 roles.extend(v for v in value if isinstance(v, str))
         return max((self.role_levels.get(r, PUBLIC) for r in roles), default=PUBLIC)
+
+
+def writes_allowed(request) -> bool:
+    """Whether the caller may write: for a route whose one POST carries reads and
+    writes alike (the key/value and lock batches), checked once the body is parsed."""
+    return getattr(request.ctx, "auth_level", ADMIN) >= READ_WRITE

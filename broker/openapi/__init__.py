@@ -18,13 +18,15 @@ from broker.openapi.paths import (
     messages,
     messaging,
     queues,
+    state,
     status,
     streams,
     system,
     traces,
 )
 
-GROUPS = (messaging, queues, messages, consumer_groups, traces, status, system, streams)
+GROUPS = (messaging, queues, messages, consumer_groups, traces, status, system, streams,
+          state)
 
 COMPONENTS: dict[str, Any] = {
     "schemas": {

@@ -8,7 +8,10 @@ from sanic import Blueprint, Request
 from broker.http import json, read_json
 from broker.service import ack as service
 from broker.service.push import checked_producer_sub
+from broker.service.riders import Riders
+from broker.state_wire import parse_riders
 from broker.store.db import TransactionAborted
+from broker.store.kv import rolled_back as kv_rolled_back
 from broker.wire import (
     BadRequest,
     ack_result,
@@ -53,10 +56,11 @@ async def ack_batch(request: Request):
 
 def _parse_transaction(body: Any):
     body = body_object(body)
+    riders = Riders(*parse_riders(body))
     ops = body.get("operations")
     if not isinstance(ops, list):
         raise BadRequest("operations array required")
-    if not ops:
+    if not ops and not riders:
         raise BadRequest("operations array cannot be empty")
     required = body.get("requiredLeases") or []
     if not isinstance(required, list) or not all(is_uuid(x) for x in required):
@@ -79,20 +83,23 @@ def _parse_transaction(body: Any):
             flat.append(("ack", row))
         else:
             raise BadRequest(f"operations[{n}].type must be 'push' or 'ack', got {kind!r}")
-    return flat, required
+    return flat, required, riders
 
 
 @bp.post("/api/v1/transaction")
 async def transaction(request: Request):
-    flat, required = _parse_transaction(read_json(request))
+    flat, required, riders = _parse_transaction(read_json(request))
     check_item_count(len(flat), request.app.ctx.settings.push_max_items_per_request)
     outcome = await service.transaction(
         request.app.ctx, flat, required,
-        checked_producer_sub(getattr(request.ctx, "producer_sub", None)))
+        checked_producer_sub(getattr(request.ctx, "producer_sub", None)), riders)
     txn_id = outcome.transaction_id
+    if outcome.kv_failed is not None:
+        return json(_kv_precondition(txn_id, outcome, flat, riders))
     if outcome.aborted is not None:
         return json({"transactionId": txn_id, "success": False, "error": outcome.aborted.reason,
-                     "results": _rolled_back(outcome.steps, flat, outcome.aborted)})
+                     "results": _rolled_back(outcome.steps, flat, outcome.aborted)
+                     + _riders_rolled_back(len(flat), riders)})
     steps, step_results = outcome.steps, outcome.results
 
     results = []
@@ -110,7 +117,40 @@ async def transaction(request: Request):
                 results.append({"index": index, "type": "ack", "success": r["success"],
                                 "transactionId": item.transaction_id, "error": r["error"],
                                 "dlq": r["dlq"]})
+    results += _rider_results(len(results), riders.kv_results, riders.timer_results)
     return json({"transactionId": txn_id, "success": True, "results": results})
+
+
+def _rider_results(start: int, kv_results: list[dict], timer_results: list[dict]) -> list[dict]:
+    """The riders' elements after the operations' (the append-only layout)."""
+    return ([{"index": start + n, "type": "kv", **r} for n, r in enumerate(kv_results)]
+            + [{"index": start + len(kv_results) + n, "type": "timer", **r}
+               for n, r in enumerate(timer_results)])
+
+
+def _riders_rolled_back(start: int, riders: Riders) -> list[dict]:
+    return _rider_results(
+        start, [{"op": op.op, "ns": op.ns, "key": op.key, "applied": False,
+                 "reason": "rolled_back"} for op in riders.kv_ops],
+        [{"op": op.op, "queue": op.queue, "timerKey": op.timer_key, "ok": False,
+          "status": "rolled_back"} for op in riders.timer_ops])
+
+
+def _kv_precondition(txn_id: str, outcome, flat: list[tuple[str, Any]], riders: Riders) -> dict:
+    """A required kv rider op did not apply: the one failure answered (HTTP 200), not
+    raised, with what the loser needs (the client returns it from commit())."""
+    failed = outcome.kv_failed
+    rejected = TransactionAborted("rolled back: a kv precondition did not hold")
+    timers_not_run = [{"op": op.op, "queue": op.queue, "timerKey": op.timer_key, "ok": False,
+                       "status": "not_run"} for op in riders.timer_ops]
+    return {"transactionId": txn_id, "success": False, "reason": "kv_precondition",
+            "error": f"kv precondition failed ({failed.result.get('reason')}): "
+                     f"{failed.result.get('ns')}/{failed.result.get('key')}",
+            "failedIndex": len(flat) + failed.index, "kvReason": failed.result.get("reason"),
+            "version": failed.result.get("version"), "value": failed.result.get("value"),
+            "results": _rolled_back(outcome.steps, flat, rejected)
+            + _rider_results(len(flat), kv_rolled_back(riders.kv_ops, riders.kv_results, failed),
+                             timers_not_run)}
 
 
 def _rolled_back(steps: list[tuple[str, list]], flat: list[tuple[str, Any]],

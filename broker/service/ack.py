@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.service.context import BrokerContext
 from broker.service.push import to_rows, wake_after_commit
 from broker.store.db import AckRow, PartitionHeld, TransactionAborted, run_transaction
+from broker.store.kv import KvPreconditionFailed
 from broker.telemetry import telemetry
 from broker.wire import PushItem, new_uuid7
+
+if TYPE_CHECKING:
+    from broker.service.riders import Riders
 
 
 def leases_released(ctx: BrokerContext, rows: Sequence[AckRow], results: Sequence[Any]) -> None:
@@ -49,14 +53,16 @@ class TransactionOutcome:
     steps: list[tuple[str, list]]   # ("push", [PushRow]) | ("ack", [AckRow]), in order
     results: list[list[Any]]        # result rows per step (committed); [] when rolled back
     aborted: TransactionAborted | None  # why it was rolled back, and where
+    kv_failed: KvPreconditionFailed | None = None  # a required kv rider op that did not apply
 
 
 async def transaction(ctx: BrokerContext, flat: list[tuple[str, Any]], required: list[str],
-                      producer_sub: str | None) -> TransactionOutcome:
-    """Pushes and acks committed together or not at all. A push to a
-    partition a spool still holds is refused (PartitionHeld, a 503): a
-    transaction cannot wait in the spool, and committing its pushes now would
-    put them ahead of the spooled ones."""
+                      producer_sub: str | None, riders: Riders | None = None
+                      ) -> TransactionOutcome:
+    """Pushes and acks (and the riders' key/value and timer operations) committed
+    together or not at all. A push to a partition a spool still holds is refused
+    (PartitionHeld, a 503): a transaction cannot wait in the spool, and committing its
+    pushes now would put them ahead of the spooled ones."""
     pushes: list[PushItem] = [x for k, x in flat if k == "push"]
     refuse_held(ctx, pushes)
     push_rows = iter(await to_rows(ctx, pushes, producer_sub) if pushes else ())
@@ -68,10 +74,18 @@ async def transaction(ctx: BrokerContext, flat: list[tuple[str, Any]], required:
         else:
             steps.append((kind, [value]))
     txn_id = new_uuid7()
+    if riders:
+        await riders.prepare(ctx, producer_sub)
     try:
-        results = await run_transaction(ctx.store, steps, required)
+        results = await run_transaction(
+            ctx.store, steps, required, before=riders.before if riders else None,
+            after=riders.after if riders else None)
     except TransactionAborted as aborted:
         return TransactionOutcome(txn_id, steps, [], aborted)
+    except KvPreconditionFailed as failed:
+        return TransactionOutcome(txn_id, steps, [], None, failed)
+    if riders:
+        riders.committed(ctx)
     for (kind, rows), res in zip(steps, results):
         if kind == "ack":
             leases_released(ctx, rows, res)

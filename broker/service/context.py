@@ -44,3 +44,4 @@ class BrokerContext:
     ack_batcher: Any = None      # Batcher proxy folding acks
     streams_state_batcher: Any = None  # Batcher proxy folding /streams/v1/state/get reads
     jobs: Any = None             # leader jobs (retention, stats, metrics)
+    timer_sweeper: Any = None    # TimerSweeper proxy (delivers due timers)

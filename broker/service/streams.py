@@ -107,7 +107,7 @@ async def cycle(ctx: BrokerContext, req: CycleRequest, producer_sub: str | None)
                 steps.append(("ack", [row]))
 
     try:
-        results = await run_transaction(ctx.store, steps, [], prelude)
+        results = await run_transaction(ctx.store, steps, [], before=prelude)
     except _Replayed:
         telemetry.stream_cycles["replayed"] += 1
         return CycleOutcome(0, [], None if ack is None else {

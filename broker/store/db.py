@@ -510,11 +510,15 @@ class TransactionAborted(Exception):
         self.dead_lease = dead_lease
 
 
-Prelude = Callable[[asyncpg.Connection], Awaitable[None]]
+Hook = Callable[[asyncpg.Connection], Awaitable[None]]
+"""Extra work of a transaction on its connection (the key/value and timer riders): it
+keeps its own results, and raises to roll the whole transaction back. It runs again
+when the transaction is rerun after a deadlock, so it must overwrite, not append."""
 
 
 async def run_transaction(store: Store, steps: list[tuple[str, list]],
-                          required_leases: list[str], prelude: Prelude | None = None) -> list:
+                          required_leases: list[str], *, before: Hook | None = None,
+                          after: Hook | None = None) -> list:
     """Run push and ack steps atomically, in order, on one connection.
 
     ``steps`` is a list of ("push", [PushRow]) / ("ack", [AckRow]); consecutive
@@ -522,14 +526,12 @@ async def run_transaction(store: Store, steps: list[tuple[str, list]],
     round trip. Returns the per-step result rows. Any failed ack, or a
     required lease that is not live, raises TransactionAborted and nothing is
     committed. Acks marked failed go straight to the DLQ (api.md §7).
-
-    ``prelude``, when given, runs first on the transaction's connection (a streams
-    cycle applies its state ops there, and may still amend ``steps``); whatever it
-    raises rolls the transaction back. It runs again if the transaction is rerun.
+    ``before`` runs after the lease check and before the first step, ``after``
+    after the last step, both inside the same PostgreSQL transaction.
     """
     for attempt in range(3):
         try:
-            return await _transaction_once(store, steps, required_leases, prelude)
+            return await _transaction_once(store, steps, required_leases, before, after)
         except StoreConflict:
             # Two transactions locked partitions and cursors in opposite orders;
             # PostgreSQL aborted this one, so nothing was committed: run it again.
@@ -540,7 +542,8 @@ async def run_transaction(store: Store, steps: list[tuple[str, list]],
 
 
 async def _transaction_once(store: Store, steps: list[tuple[str, list]],
-                            required_leases: list[str], prelude: Prelude | None) -> list:
+                            required_leases: list[str], before: Hook | None,
+                            after: Hook | None) -> list:
     results: list = []
     async with store.connection() as conn:
         with _mapped_errors():
@@ -551,8 +554,8 @@ async def _transaction_once(store: Store, steps: list[tuple[str, list]],
                     if dead:
                         raise TransactionAborted(f"Invalid or expired lease: {dead[0]}",
                                                  dead_lease=dead[0])
-                if prelude is not None:
-                    await prelude(conn)
+                if before is not None:
+                    await before(conn)
                 for step, (kind, rows) in enumerate(steps):
                     if kind == "push":
                         pushed = await store.push(rows, conn=conn)
@@ -567,4 +570,6 @@ async def _transaction_once(store: Store, steps: list[tuple[str, list]],
                         if bad is not None:
                             raise TransactionAborted(acked[bad]["error"] or "ack failed",
                                                      failed_at=(step, bad))
+                if after is not None:
+                    await after(conn)
     return results

@@ -179,6 +179,19 @@ PURGE_WORKER_METRICS = _purge("queen.worker_metrics", "bucket_time")
 PURGE_RETENTION_HISTORY = _purge("queen.retention_history", "executed_at")
 """Delete up to $2 retention_history rows older than $1 days."""
 
+KV_PURGE_DEAD = """
+WITH gone AS (
+    SELECT k.namespace, k.key FROM queen.kv k
+    WHERE k.expires_at IS NOT NULL AND k.expires_at <= now()
+    ORDER BY k.expires_at LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM queen.kv k USING gone g WHERE k.namespace = g.namespace AND k.key = g.key
+"""
+"""Delete up to $1 dead key/value rows (expired, deleted, or placeholders of writes that
+did not apply). Readers never see them as live anyway; this only frees the space. A
+row a writer holds is skipped (next cycle)."""
+
 METRICS_PURGES = (
     ("system_metrics", PURGE_SYSTEM_METRICS),
     ("worker_metrics", PURGE_WORKER_METRICS),

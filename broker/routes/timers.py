@@ -1,0 +1,53 @@
+"""Timers: ``POST /api/v1/timers`` (schedule, reschedule, cancel; READ_WRITE),
+``DELETE /api/v1/timers/<queue>/<key>`` (the cancel route of its own, ``?txn=`` echoed
+on ``absent``), ``GET /api/v1/timers/<queue>/<key>`` (peek) and
+``GET /api/v1/timers/<queue>`` (a keyset page; READ_ONLY)."""
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+from sanic import Blueprint, Request
+
+from broker.http import args, json, read_json
+from broker.service import timers as service
+from broker.service.push import checked_producer_sub
+from broker.state_wire import (
+    parse_timer_batch,
+    parse_timer_op,
+    parse_timer_page,
+    timer_address,
+)
+
+bp = Blueprint("timers")
+
+
+@bp.post("/api/v1/timers")
+async def timers_batch(request: Request):
+    ops = parse_timer_batch(read_json(request))
+    if not ops:
+        return json({"results": []})
+    sub = checked_producer_sub(getattr(request.ctx, "producer_sub", None))
+    return json({"results": await service.batch(request.app.ctx, ops, sub)})
+
+
+@bp.delete("/api/v1/timers/<queue:str>/<key:path>", unquote=True)
+async def timers_cancel(request: Request, queue: str, key: str):
+    key = unquote(key)  # Sanic leaves a <path> parameter percent-encoded
+    op = parse_timer_op({"op": "cancel", "queue": queue, "timerKey": key,
+                         "txn": args(request).get("txn") or None}, "request")
+    return json(await service.cancel(request.app.ctx, op))
+
+
+@bp.get("/api/v1/timers/<queue:str>/<key:path>", unquote=True)
+async def timers_peek(request: Request, queue: str, key: str):
+    key = unquote(key)  # Sanic leaves a <path> parameter percent-encoded
+    queue, timer_key = timer_address(queue, key)
+    assert timer_key is not None
+    return json(await service.peek(request.app.ctx, queue, timer_key))
+
+
+@bp.get("/api/v1/timers/<queue:str>", unquote=True)
+async def timers_list(request: Request, queue: str):
+    queue, _ = timer_address(queue)
+    after, limit = parse_timer_page(args(request))
+    return json(await service.page(request.app.ctx, queue, after, limit))
