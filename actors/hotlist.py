@@ -285,7 +285,14 @@ class HotList:
             entry.state = INFLIGHT
             entry.taken_at = now
             taken.append((partition, entry.epoch))
-        next_due = ring.wheel[0][0] if not taken and ring.wheel else None
+        next_due = None
+        if not taken:
+            # Items of entries promoted early (an ack released the lease) are stale: a pop
+            # told to re-check at their time would look for nothing.
+            wheel = ring.wheel
+            while wheel and not self._live(ring, wheel[0]):
+                heapq.heappop(wheel)
+            next_due = wheel[0][0] if wheel else None
         return Take(needs_seed, taken, next_due)
 
     def check_in(

@@ -19,12 +19,13 @@ to the next pop of its cohort; so does an auto-ack pop that took a full batch
 (the partition may hold more, and no lease stops the next pop).
 
 Timer re-checks are shared per cohort. A parked pop whose timer fires skips
-its query when a pop of its cohort started an empty check after the moment
-this pop needs news from (when it went to sleep, or the lease end it waited
-for), and joins a check still running that started after that moment. So a
-cohort of thousands of parked pops issues about one timer query per re-check
-interval, not one per pop, and a change nobody announces (a push through an
-unmeshed broker, a lease running out) is still seen within one interval.
+its query when a pop of its cohort started an empty check later than the
+check this pop last learnt from (or than the lease end it waited for), and
+joins such a check while it runs. So a cohort of thousands of parked pops
+issues about one timer query per re-check interval, not one per pop (and a
+slow query is joined, not repeated, so a loaded database is not loaded more),
+while a change nobody announces (a push through an unmeshed broker, a lease
+running out) is still seen by the cohort's next check, within one interval.
 
 Wakes come from this broker's own commits (pushes, and acks that release a
 lease) and, with a mesh, from the peers' (actors/hints.py sends and receives
@@ -264,24 +265,24 @@ async def _wait_for_wake(event: asyncio.Event, timeout: float) -> bool:
     return True
 
 
-async def _answered_by_cohort(waiter: Waiter, since: float, deadline: float) -> bool:
-    """True when an empty check of the waiter's cohort started after `since`
-    (waiting for one that is running, if it started after `since`); False when
-    the waiter must check itself."""
+async def _answered_by_cohort(waiter: Waiter, since: float, deadline: float) -> float | None:
+    """The start of an empty check of the waiter's cohort that started after
+    `since` (waiting for one that is running, if it started after `since`), or
+    None when the waiter must check itself."""
     cohort = waiter.cohort
     while cohort is not None and not waiter.event.is_set():
         if cohort.last_empty > since:
-            return True
+            return cohort.last_empty
         probe = cohort.probe
         if probe is None or cohort.probe_started <= since:
-            return False
+            return None
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return False
+            return None
         await asyncio.wait([probe], timeout=remaining)
         # Empty: recorded in last_empty. Found something: the first pop past
         # here becomes the next probe, the others join it (more may be there).
-    return False
+    return None
 
 
 async def long_poll(
@@ -319,6 +320,7 @@ async def long_poll(
     """
     counts: Counter[str] = counters if counters is not None else Counter()
     counts["attempts"] += 1
+    started_first = time.monotonic()
     result = await attempt([])
     if result or time.monotonic() >= deadline:
         return result
@@ -328,6 +330,9 @@ async def long_poll(
     # already finds the waiter, without making every pop wait for a reply.
     _tell(registry_ref, "register", waiter)
     unused_wake = False  # a wake taken, its attempt not finished
+    # Start of the newest check that answered this pop (its own, or a cohort
+    # member's): a re-check needs a check that started later.
+    known_at = started_first
     try:
         empty_rechecks = 1  # k: the attempt above was the first empty one
         while True:
@@ -338,11 +343,13 @@ async def long_poll(
             interval = backoff_interval_ms(
                 empty_rechecks, initial_ms, threshold, multiplier, max_ms
             ) / 1000
-            since = now  # news needed from: when this pop goes to sleep
-            due = recheck_by()
+            since = known_at  # a re-check needs news from after this
+            due = recheck_by()  # set by this pop's own last attempt
+            if due is not None and due <= known_at:
+                due = None  # a cohort check after that lease end answered it already
             if due is not None and due - now < interval:
                 interval = max(0.0, due - now)
-                since = max(due, now)  # a check before the lease ended proves nothing
+                since = due  # a check before the lease ended proves nothing
             woken = await _wait_for_wake(waiter.event, min(interval, remaining))
             if woken:
                 # Clear before draining, so a wake during the next attempt
@@ -356,8 +363,10 @@ async def long_poll(
                     return result  # the clipped last sleep: time is up
                 hints = []
                 counts["timer_rechecks"] += 1
-                if await _answered_by_cohort(waiter, since, deadline):
+                answered = await _answered_by_cohort(waiter, since, deadline)
+                if answered is not None:
                     counts["shared_rechecks"] += 1
+                    known_at = answered
                     empty_rechecks += 1
                     continue
                 if waiter.event.is_set():
@@ -378,6 +387,7 @@ async def long_poll(
                 if not done and unused_wake:
                     waiter.hints = hints + waiter.hints  # passed on with the wake
             unused_wake = False
+            known_at = started
             if found:
                 if more_after(result):
                     # An auto-ack pop took a full batch: the next pop of the

@@ -1528,12 +1528,15 @@ async def bench_herd(args: argparse.Namespace, failures: list[str]) -> dict:
                 t0 = time.perf_counter()
                 for i in range(0, n_parked, 100):
                     lanes += [asyncio.create_task(lane(k)) for k in range(i, min(n_parked, i + 100))]
-                    while (await long_poll_figures(ctl))["parked"] < len(lanes):
-                        if time.perf_counter() - t0 > 120:
-                            raise RuntimeError(f"only {(await long_poll_figures(ctl))['parked']}"
-                                               f" of {len(lanes)} pops parked after 120 s")
-                        await asyncio.sleep(0.05)
-                log(f"{n_parked} long polls parked in {time.perf_counter() - t0:.1f}s")
+                    while time.perf_counter() - t0 < args.herd_park_max_s:
+                        if (await long_poll_figures(ctl))["parked"] >= len(lanes):
+                            break
+                        await asyncio.sleep(0.05)  # polling the broker's /health
+                parked = (await long_poll_figures(ctl))["parked"]
+                log(f"{parked}/{n_parked} long polls parked in {time.perf_counter() - t0:.1f}s")
+                if parked < n_parked:
+                    log(f"note: not all parked within {args.herd_park_max_s:g}s (a herd re-checks "
+                        f"instead of parking); measuring with {parked}")
                 # Idle: what parked pops cost with nothing pushed (timer re-checks).
                 idle_s = args.herd_idle_s
                 f0, p0, t_idle = await long_poll_figures(ctl), proc_figures(pid), time.perf_counter()
@@ -1542,6 +1545,7 @@ async def bench_herd(args: argparse.Namespace, failures: list[str]) -> dict:
                 idle_s = time.perf_counter() - t_idle
                 rtts: list[float] = []
                 statuses: dict[str, int] = {}
+                answers: dict[str, str] = {}
                 sent: list[str] = []
                 deadline = time.perf_counter() + args.max_seconds
                 for i in range(n_push):
@@ -1557,6 +1561,7 @@ async def bench_herd(args: argparse.Namespace, failures: list[str]) -> dict:
                     status = r.json()[0].get("status") if r.status_code in (200, 201) \
                         else f"HTTP {r.status_code}"
                     statuses[status] = statuses.get(status, 0) + 1
+                    answers[tid] = status
                     sent.append(tid)
                     await asyncio.sleep(args.herd_gap_ms / 1000)
                 t_end = time.perf_counter() + 30
@@ -1580,7 +1585,8 @@ async def bench_herd(args: argparse.Namespace, failures: list[str]) -> dict:
                         f"into the spool)")
     pushes = len(sent)
     claims = delta(f2, f1, "claimQueries")
-    res = {"parked": n_parked, "pushes": pushes, "statuses": statuses,
+    res = {"parked": n_parked, "parked_seen": parked, "pushes": pushes,
+           "missing_ids": missing[:20], "missing_statuses": [answers.get(t) for t in missing[:20]], "statuses": statuses,
            "push_rtt_ms": {"p50": percentile(rtts, 50), "p99": percentile(rtts, 99),
                            "max": max(rtts) if rtts else None},
            "claims_per_push": claims / pushes if claims is not None and pushes else None,
@@ -1770,6 +1776,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--herd-pushes", type=int, default=200,
                     help="herd: single-message pushes, one after the other")
     ap.add_argument("--herd-gap-ms", type=int, default=20, help="herd: pause between pushes")
+    ap.add_argument("--herd-park-max-s", type=float, default=180.0,
+                    help="herd: longest wait for the pops to park")
     ap.add_argument("--herd-idle-s", type=float, default=5.0,
                     help="herd: seconds measured with the pops parked and nothing pushed")
     ap.add_argument("--max-seconds", type=float, default=60.0,
