@@ -40,9 +40,9 @@ Typical pop flow (broker/service/pop.py ``claim``)::
 
 The booleans that ``mark``, ``seed`` and ``ack_released`` return say whether
 a ring gained READY candidates (parked pops would find something). The broker
-does not need them: it wakes the queue's parked pops after every commit and
-every released lease anyway (actors/hints.py), and a woken pop that finds
-nothing parks again.
+does not need them: after every commit and every released lease it wakes one
+parked pop per cohort and partition anyway (actors/hints.py,
+actors/pop_waiters.py), and a woken pop that finds nothing parks again.
 
 `HotList` holds all the logic; `HotListActor` wraps one so a single asyncio
 task owns the state.

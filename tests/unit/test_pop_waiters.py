@@ -434,3 +434,60 @@ async def test_timer_rechecks_of_one_cohort_are_shared(registry):
     for t in pending:
         t.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def test_a_slow_cohort_check_is_joined_not_repeated(registry):
+    # A loaded database: every claim takes 100 ms while timers fire every 10 ms. Pops whose
+    # timer fires during a running check wait for it instead of adding their own.
+    from collections import Counter
+
+    in_flight, peak = 0, 0
+    counts: Counter[str] = Counter()
+
+    async def slow_attempt(hints: list[str]) -> list[str]:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        try:
+            await asyncio.sleep(0.1)
+        finally:
+            in_flight -= 1
+        return []
+
+    fast = {"initial_ms": 10, "threshold": 3, "multiplier": 1.0, "max_ms": 10}
+    deadline = time.monotonic() + 120
+    tasks = [asyncio.create_task(long_poll(registry, "q", slow_attempt, deadline, scope=("g",),
+                                           counters=counts, **fast)) for _ in range(20)]
+    await wait_parked(registry, 20)
+    await wait_until_async(lambda: in_flight == 0, 10, "the first looks done")
+    peak, start = 0, counts["timer_rechecks"]
+    await wait_until_async(lambda: counts["timer_rechecks"] - start >= 200, 30,
+                           "ten timer re-checks per pop")
+    assert peak <= 2, peak  # unshared: up to 20 claims at once
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_a_lease_end_answered_by_the_cohort_is_not_rechecked_again(registry):
+    # Every pop was told a lease ends at `due`; one check after it answers them all, and
+    # then they wait on their (slow) timers instead of re-checking the same lease end.
+    from collections import Counter
+
+    counts: Counter[str] = Counter()
+    store = Store()
+    due = time.monotonic() + 0.2
+    deadline = time.monotonic() + 120
+    tasks = [asyncio.create_task(long_poll(registry, "q", store.attempt, deadline, scope=("g",),
+                                           counters=counts, recheck_by=lambda: due,
+                                           **SLOW_TIMER)) for _ in range(10)]
+    await wait_parked(registry, 10)
+    await wait_until_async(lambda: counts["timer_rechecks"] >= 10, 10, "the lease-end re-checks")
+    # One more loop turn for every pop; a pop still aiming at the old lease end would spin.
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert counts["timer_rechecks"] == 10
+    assert store.claims - 10 <= 2  # one check after the lease end (and one at most besides)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
