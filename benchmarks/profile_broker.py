@@ -113,8 +113,13 @@ async def profile(args: argparse.Namespace) -> int:
         raise SystemExit("needs the embedded PostgreSQL (unset PG_HOST)")
     try:
         conn = await asyncpg.connect(db.dsn)
-        await conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+        await conn.execute("ALTER SYSTEM SET shared_preload_libraries = "
+                           "pg_stat_statements, auto_explain")
         await conn.execute("ALTER SYSTEM SET pg_stat_statements.track = 'all'")
+        # Plans of statements slower than --explain-ms (nested ones too) go to the server
+        # log: a cached plan that stopped fitting the data shows up there.
+        await conn.execute(f"ALTER SYSTEM SET auto_explain.log_min_duration = '{args.explain_ms}'")
+        await conn.execute("ALTER SYSTEM SET auto_explain.log_nested_statements = on")
         await conn.close()
         db.embedded.stop(mode="fast")
         db.embedded.start()
@@ -172,6 +177,10 @@ async def profile(args: argparse.Namespace) -> int:
             broker.stop()
             await conn.close()
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        log_file = getattr(db.embedded, "_log_file", None)
+        if log_file is not None and Path(log_file).exists():
+            shutil.copy(log_file, out / "postgresql.log")
+            print(f"server log with auto_explain plans: {out / 'postgresql.log'}")
         print(f"\nraw stacks and summary.json in {out}")
     finally:
         db.stop()
@@ -227,6 +236,8 @@ def main() -> int:
     ap.add_argument("--herd-parked", type=int, default=2000)
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--explain-ms", type=int, default=200,
+                    help="auto_explain: log plans of statements slower than this (ms)")
     args = ap.parse_args()
     bad = [n for n in args.names if n not in WORKLOADS]
     if bad:
