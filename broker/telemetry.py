@@ -38,7 +38,7 @@ class Telemetry:
     def snapshot(self) -> dict:
         return {"uptime_s": round(time.time() - self.started_at, 3),
                 "requests": dict(self.requests), "errors": dict(self.errors),
-                "messages": dict(self.messages),
+                "messages": dict(self.messages), "pops": dict(self.pops),
                 "request_seconds_total": round(self.request_seconds_total, 6)}
 
 

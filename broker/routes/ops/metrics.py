@@ -220,6 +220,14 @@ class SnapshotCollector:
                     1 if g["pop_maintenance_mode"] else 0)
         yield counter("queen_messages_total", "Messages seen by this broker, by outcome",
                       ["status"], sorted(([k], v) for k, v in t["messages"].items()))
+        pops = t.get("pops", {})
+        yield counter("queen_pop_claims_total", "Claim statements (queen.pop_messages) issued",
+                      [], [([], pops.get("claim_queries", 0))])
+        yield counter("queen_long_poll_rechecks_total",
+                      "Timer re-checks of parked pops: own claim, or answered by another parked "
+                      "pop's check of the same cohort", ["kind"],
+                      [(["shared"], pops.get("shared_rechecks", 0)),
+                       (["own"], pops.get("timer_rechecks", 0) - pops.get("shared_rechecks", 0))])
         yield counter("queen_requests_total", "HTTP requests by route", ["route"],
                       sorted(([k], v) for k, v in t["requests"].items()))
         yield counter("queen_request_errors_total", "HTTP 5xx answers by route", ["route"],
