@@ -150,6 +150,7 @@ async def profile(args: argparse.Namespace) -> int:
                     moved = p.done
                 elif name == "herd":
                     hargs = argparse.Namespace(herd_parked=args.herd_parked, herd_pushes=100,
+                                               herd_poll_timeout_ms=300_000,
                                                herd_gap_ms=20, herd_idle_s=2.0,
                                                herd_park_max_s=120.0, max_seconds=60.0)
                     moved = await herd_on(broker, hargs)

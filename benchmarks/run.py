@@ -1508,7 +1508,7 @@ async def bench_herd(args: argparse.Namespace, failures: list[str]) -> dict:
         async with RawHTTPClient(env.broker.url, max_connections=n_parked + 8) as pops, \
                 RawHTTPClient(env.broker.url, max_connections=4) as ctl:
             async def lane(_: int) -> None:
-                path = f"/api/v1/pop/queue/{queue}?wait=true&timeout=30000"
+                path = f"/api/v1/pop/queue/{queue}?wait=true&timeout={args.herd_poll_timeout_ms}"
                 while not stop.is_set():
                     r = await pops.get(path)
                     msgs = (r.json() if r.content else {}).get("messages") or []
@@ -1775,6 +1775,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="herd: long polls parked on one queue")
     ap.add_argument("--herd-pushes", type=int, default=200,
                     help="herd: single-message pushes, one after the other")
+    ap.add_argument("--herd-poll-timeout-ms", type=int, default=300_000,
+                    help="herd: the long polls' timeout; longer than the run, so they do not "
+                         "all time out and poll again at once inside the measured phase")
     ap.add_argument("--herd-gap-ms", type=int, default=20, help="herd: pause between pushes")
     ap.add_argument("--herd-park-max-s", type=float, default=180.0,
                     help="herd: longest wait for the pops to park")
