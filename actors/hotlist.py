@@ -40,9 +40,9 @@ Typical pop flow (broker/service/pop.py ``claim``)::
 
 The booleans that ``mark``, ``seed`` and ``ack_released`` return say whether
 a ring gained READY candidates (parked pops would find something). The broker
-does not need them: it wakes the queue's parked pops after every commit and
-every released lease anyway (actors/hints.py), and a woken pop that finds
-nothing parks again.
+does not need them: after every commit and every released lease it wakes one
+parked pop per cohort and partition anyway (actors/hints.py,
+actors/pop_waiters.py), and a woken pop that finds nothing parks again.
 
 `HotList` holds all the logic; `HotListActor` wraps one so a single asyncio
 task owns the state.
@@ -285,7 +285,14 @@ class HotList:
             entry.state = INFLIGHT
             entry.taken_at = now
             taken.append((partition, entry.epoch))
-        next_due = ring.wheel[0][0] if not taken and ring.wheel else None
+        next_due = None
+        if not taken:
+            # Items of entries promoted early (an ack released the lease) are stale: a pop
+            # told to re-check at their time would look for nothing.
+            wheel = ring.wheel
+            while wheel and not self._live(ring, wheel[0]):
+                heapq.heappop(wheel)
+            next_due = wheel[0][0] if wheel else None
         return Take(needs_seed, taken, next_due)
 
     def check_in(

@@ -25,6 +25,10 @@ class Telemetry:
     request_seconds_total: float = 0.0
     # waiting pops (wait=true) being served right now: parked, or mid re-check
     long_polls_in_flight: int = 0
+    # pop work: claim_queries (queen.pop_messages statements issued), and from
+    # long_poll: attempts, timer_rechecks, shared_rechecks (a timer re-check
+    # answered by another parked pop's check of the same cohort)
+    pops: Counter = field(default_factory=Counter)
 
     def observe(self, route: str, seconds: float) -> None:
         self.request_seconds_total += seconds
@@ -37,6 +41,7 @@ class Telemetry:
         return {"uptime_s": round(time.time() - self.started_at, 3),
                 "requests": dict(self.requests), "errors": dict(self.errors),
                 "messages": dict(self.messages), "stream_cycles": dict(self.stream_cycles),
+                "pops": dict(self.pops),
                 "request_seconds_total": round(self.request_seconds_total, 6)}
 
 

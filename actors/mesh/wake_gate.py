@@ -1,8 +1,9 @@
 """Coalesces wakes received over the mesh, per queue.
 
-A wake frame wakes every pop parked on its queue, and each woken pop runs a
-claim query. Unthrottled, a peer (or anyone holding the secret) sending 20
-wakes a second to a queue with 200 parked pops costs 4,000 queries a second.
+A wake frame wakes, per cohort of pops parked on its queue (actors/pop_waiters.py),
+one pop per partition it names, and each woken pop runs a claim query.
+Unthrottled, a peer (or anyone holding the secret) sending 20 frames a second
+naming 64 partitions each costs over 1,000 queries a second per cohort.
 The gate passes the first remote wake of a queue at once (a real push is
 seen without delay) and folds every further one that arrives within
 WINDOW_S into a single wake at the end of the window, so a queue's parked
@@ -27,7 +28,7 @@ __all__ = ["WakeGate"]
 
 WINDOW_S = 0.25
 MAX_QUEUES = 10_000
-MAX_PENDING_PARTITIONS = 64  # the pop waiters' hint mailbox holds no more per queue
+MAX_PENDING_PARTITIONS = 64  # a woken pop keeps no more hints (HINTS_PER_WAITER)
 
 Pair = tuple[str, "str | None"]
 

@@ -8,6 +8,7 @@ import broker
 from broker.http import args, error, json, read_json
 from broker.service.push import wake_after_commit
 from broker.store.schema import schema_version
+from broker.telemetry import telemetry
 from broker.wire import (
     BadRequest,
     is_uuid,
@@ -185,7 +186,19 @@ async def shared_state(app) -> dict:
         "maintenance_mode": app.ctx.flags.push,
         "pop_maintenance_mode": app.ctx.flags.pop,
         "parkedPops": await app.ctx.waiters_proxy.parked_count(),
+        "longPolls": await long_poll_figures(app),
     }
+
+
+async def long_poll_figures(app) -> dict:
+    """How much work parked pops cost: claims issued, timer re-checks and how many
+    of them another pop's check answered, pops woken by commits."""
+    wakes = await app.ctx.waiters_proxy.wake_stats()
+    pops = telemetry.pops
+    return {"parked": wakes["parked"], "cohorts": wakes["cohorts"],
+            "claimQueries": pops["claim_queries"], "attempts": pops["attempts"],
+            "timerRechecks": pops["timer_rechecks"], "sharedRechecks": pops["shared_rechecks"],
+            "woken": wakes["woken"], "wakesPassedOn": wakes["passed_on"]}
 
 
 @bp.get("/api/v1/system/shared-state")

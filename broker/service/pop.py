@@ -65,7 +65,11 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> dict:
                 threshold=settings.pop_wait_backoff_threshold,
                 multiplier=settings.pop_wait_backoff_multiplier,
                 max_ms=settings.pop_wait_max_interval_ms,
-                recheck_by=lambda: next_lease_end[0])
+                recheck_by=lambda: next_lease_end[0],
+                partition=req.partition, scope=(req.group, req.namespace, req.task),
+                # auto-ack leaves no lease: a full batch may leave more for the next pop
+                more_after=lambda r: bool(req.auto_ack and r and len(r["messages"]) >= req.batch),
+                counters=telemetry.pops)
         finally:
             telemetry.long_polls_in_flight -= 1
         if result:
@@ -134,6 +138,7 @@ async def claim(ctx: BrokerContext, req: PopRequest, lease_id: str,
     common: dict[str, Any] = dict(queue=req.queue, partition=req.partition, namespace=req.namespace,
                   task=req.task, group=req.group, batch=req.batch,
                   max_partitions=req.max_partitions, auto_ack=req.auto_ack, lease_id=lease_id)
+    telemetry.pops["claim_queries"] += 1  # every path below runs exactly one claim
     if hotlist is None or req.queue is None or req.partition is not None:
         return Claimed(await store.pop(**common, hints=hints))
 

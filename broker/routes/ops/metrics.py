@@ -222,6 +222,14 @@ class SnapshotCollector:
                       ["status"], sorted(([k], v) for k, v in t["messages"].items()))
         yield counter("queen_stream_cycles", "Streams cycles on this broker, by outcome",
                       ["outcome"], sorted(([k], v) for k, v in t["stream_cycles"].items()))
+        pops = t.get("pops", {})
+        yield counter("queen_pop_claims_total", "Claim statements (queen.pop_messages) issued",
+                      [], [([], pops.get("claim_queries", 0))])
+        yield counter("queen_long_poll_rechecks_total",
+                      "Timer re-checks of parked pops: own claim, or answered by another parked "
+                      "pop's check of the same cohort", ["kind"],
+                      [(["shared"], pops.get("shared_rechecks", 0)),
+                       (["own"], pops.get("timer_rechecks", 0) - pops.get("shared_rechecks", 0))])
         yield counter("queen_requests_total", "HTTP requests by route", ["route"],
                       sorted(([k], v) for k, v in t["requests"].items()))
         yield counter("queen_request_errors_total", "HTTP 5xx answers by route", ["route"],
