@@ -85,7 +85,7 @@ ROUTE_LEVELS: list[tuple[frozenset[str] | None, str, int]] = [
      rf"/api/v1/consumer-groups/{_SEG}/queues/{_SEG}(/partitions/{_SEG})?/seek", READ_WRITE),
     (frozenset({"POST"}), r"/api/v1/traces", READ_WRITE),
     (frozenset({"DELETE"}), rf"/api/v1/messages/{_SEG}/{_SEG}", READ_WRITE),
-    (frozenset({"POST"}), rf"/api/v1/messages/{_SEG}/{_SEG}/retry", READ_WRITE),
+    (frozenset({"POST"}), rf"/api/v1/messages/{_SEG}/{_SEG}/(retry|dlq)", READ_WRITE),
     # READ_ONLY: reads of the operator API
     (frozenset({"GET"}), r"/api/v1/(resources|analytics|traces)/.*", READ_ONLY),
     (frozenset({"GET"}), r"/api/v1/(status|messages|consumer-groups)(/.*)?", READ_ONLY),

@@ -251,6 +251,12 @@ def message_status(seq: int, groups: list[Record], dead: list[Record]) -> dict:
                        for g in groups]}
 
 
+async def move_to_dlq(store: Store, partition_id: str, transaction_id: str, error: str) -> str:
+    """'moved', 'not_found', 'consumed', 'leased' or 'not_next'."""
+    async with store.connection() as conn:
+        return await conn.fetchval(q.MOVE_TO_DLQ, partition_id, transaction_id, error)
+
+
 async def delete_message(store: Store, partition_id: str, transaction_id: str) -> bool:
     async with store.connection() as conn:
         return await conn.fetchval(q.DELETE_MESSAGE, partition_id, transaction_id) is not None

@@ -187,15 +187,24 @@ LIMIT $3 OFFSET $4
 
 QUEUE_PARTITIONS_LIVE = f"""
 WITH pc AS ({_PARTITION_COUNTS} WHERE q.name = $1 AND p.id IS NOT NULL)
-SELECT pc.*, l.total_messages_consumed, l.total_batches_consumed, l.last_consumed_at,
-       l.updated_at AS cursor_updated_at, l.cursor_seq AS qm_cursor
+SELECT pc.*, g.total_messages_consumed, g.total_batches_consumed, g.last_consumed_at,
+       g.cursor_updated_at, g.qm_cursor, g.pending_cursor_at, pc.last_message_at AS newest_at
 FROM pc
-LEFT JOIN queen.log_consumers l
-       ON l.partition_id = pc.partition_id AND l.consumer_group = '__QUEUE_MODE__'
+LEFT JOIN LATERAL (
+    SELECT sum(l.total_messages_consumed)::bigint AS total_messages_consumed,
+           sum(l.total_batches_consumed)::bigint AS total_batches_consumed,
+           max(l.last_consumed_at) AS last_consumed_at, max(l.updated_at) AS cursor_updated_at,
+           max(l.cursor_seq) FILTER (WHERE l.consumer_group = '__QUEUE_MODE__') AS qm_cursor,
+           max(c.created_at) FILTER (WHERE l.cursor_seq < pc.last_seq) AS pending_cursor_at
+    FROM queen.log_consumers l
+    LEFT JOIN queen.messages c ON c.partition_id = l.partition_id AND c.seq = l.cursor_seq
+    WHERE l.partition_id = pc.partition_id
+) g ON true
 ORDER BY pc.partition_name
 """
-"""GET /status/queues/{q}: every partition of queue $1 with exact counters and
-queue mode's cursor accounting."""
+"""GET /status/queues/{q}: every partition of queue $1 with exact counters, its
+consumer groups' accounting summed (each group once), the newest cursor position
+among groups with something left to read, and the newest message time."""
 
 # -- depth --------------------------------------------------------------------------
 
@@ -447,6 +456,10 @@ ORDER BY failed_at DESC
 """
 """Dead-letter rows of message $1, newest first."""
 
+MOVE_TO_DLQ = "SELECT queen.move_to_dlq($1::uuid, $2, $3)"
+"""Dead-letter message ($1, $2) for queue mode with error $3 (see migration
+0003_ops_shapes.sql for the answers)."""
+
 DELETE_MESSAGE = """
 DELETE FROM queen.messages WHERE partition_id = $1 AND transaction_id = $2 RETURNING id
 """
@@ -498,19 +511,21 @@ TRACES_BY_NAME_COUNT = "SELECT count(*) " + _TRACES_BY_NAME_FILTER
 """How many trace events carry name $1 (created in [$2, $3])."""
 
 TRACES_BY_NAME = f"""
-SELECT {_TRACE_COLUMNS}, p.name AS partition, q.name AS queue
+SELECT {_TRACE_COLUMNS}, p.name AS partition, q.name AS queue, m.payload
 FROM queen.message_trace_names n
 JOIN queen.message_traces t ON t.id = n.trace_id
+LEFT JOIN queen.messages m ON m.id = t.message_id
 LEFT JOIN queen.partitions p ON p.id = t.partition_id
 LEFT JOIN queen.queues q ON q.id = p.queue_id
 WHERE n.trace_name = $1
   AND ($2::timestamptz IS NULL OR t.created_at >= $2)
   AND ($3::timestamptz IS NULL OR t.created_at <= $3)
-ORDER BY t.created_at DESC, t.id
+ORDER BY t.created_at, t.id
 LIMIT $4 OFFSET $5
 """
-"""One page of the trace events carrying name $1 (created in [$2, $3]), newest
-first, with their queue and partition."""
+"""One page of the trace events carrying name $1 (created in [$2, $3]), oldest
+first, with their queue, partition and the message's stored payload (an
+encrypted queue's envelope stays encrypted)."""
 
 TRACE_NAMES = """
 SELECT n.trace_name, count(*) AS trace_count, count(DISTINCT t.message_id) AS message_count,
