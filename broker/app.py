@@ -22,10 +22,11 @@ from broker.auth import Authenticator
 from broker.config import Settings
 from broker.crypto import PayloadCipher
 from broker.http import CORS_HEADERS, error
-from broker.routes import ack, admin, ops, pop, push, quarantine, system
+from broker.routes import ack, admin, migration, ops, pop, push, quarantine, system
 from broker.service import push as push_service
 from broker.service.context import BrokerContext
 from broker.service.gauges import gauges
+from broker.service.migration import Migration
 from broker.store.db import (
     PartitionHeld,
     Store,
@@ -82,7 +83,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     app.config.NOISY_EXCEPTIONS = False
     app.config.ACCESS_LOG = False
 
-    for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp,
+    for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp, migration.bp,
                       *ops.blueprints):
         if blueprint is not pop.bp:
             answer_head_like_get(blueprint)
@@ -99,6 +100,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             application_name=f"queen-broker:{settings.queen_server_id}")
         store.order_wait_ms = settings.file_buffer_order_wait_ms
         app.ctx.store = store
+        app.ctx.migration = Migration(dsn)
         # Refs for long_poll, proxies (built once: pykka introspects on each
         # proxy() call) for everything else.
         app.ctx.waiters = PopWaiterRegistry.start()

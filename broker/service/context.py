@@ -43,3 +43,4 @@ class BrokerContext:
     push_batcher: Any = None     # Batcher proxy folding pushes
     ack_batcher: Any = None      # Batcher proxy folding acks
     jobs: Any = None             # leader jobs (retention, stats, metrics)
+    migration: Any = None        # service.migration.Migration: this process's copy state
