@@ -60,8 +60,8 @@ def ordered(values: list, reverse: bool = False) -> bool:
     return values == sorted(values, reverse=reverse)
 
 
-N = (NUM, None)
-I = (INT, None)
+NN = (NUM, None)
+NI = (INT, None)
 
 
 @pytest.fixture(scope="module")
@@ -137,10 +137,10 @@ def world(database, tmp_path_factory):
 
 THROUGHPUT = {"timestamp": S, "ingested": INT, "processed": INT, "popMessages": INT,
               "ingestedPerSecond": NUM, "processedPerSecond": NUM, "popPerSecond": NUM,
-              "avgLagMs": NUM, "maxLagMs": INT, "avgEventLoopLagMs": I, "maxEventLoopLagMs": I,
-              "minFreeSlots": I, "dbErrors": I, "ackFailed": INT, "dlqCount": I,
-              "queenCpuUserPct": N, "queenCpuSysPct": N, "queenRssMb": N, "dbPoolActive": N,
-              "dbPoolIdle": N, "dbPoolSize": N}
+              "avgLagMs": NUM, "maxLagMs": INT, "avgEventLoopLagMs": NI, "maxEventLoopLagMs": NI,
+              "minFreeSlots": NI, "dbErrors": NI, "ackFailed": INT, "dlqCount": NI,
+              "queenCpuUserPct": NN, "queenCpuSysPct": NN, "queenRssMb": NN, "dbPoolActive": NN,
+              "dbPoolIdle": NN, "dbPoolSize": NN}
 
 
 def test_status(world):
@@ -166,9 +166,9 @@ def test_status(world):
     measured = [p for p in body["throughput"] if p["queenCpuUserPct"] is not None]
     assert measured and all(p["dbPoolSize"] >= 1 and p["queenRssMb"] > 0 for p in measured)
     for w in body["workers"]:
-        shape(w, {"hostname": STR, "workerId": INT, "avgEventLoopLagMs": I,
-                  "maxEventLoopLagMs": I, "freeSlots": I, "dbConnections": I,
-                  "jobQueueSize": I, "messagesProcessed": INT}, "workers[]")
+        shape(w, {"hostname": STR, "workerId": INT, "avgEventLoopLagMs": NI,
+                  "maxEventLoopLagMs": NI, "freeSlots": NI, "dbConnections": NI,
+                  "jobQueueSize": NI, "messagesProcessed": INT}, "workers[]")
     assert ordered([(w["hostname"], w["workerId"]) for w in body["workers"]])
     assert body["messages"]["batchEfficiency"]["push"] > 0
 
@@ -233,7 +233,7 @@ def test_status_queues_and_detail(world):
 QUEUE_OPS = {"bucket": S, "queueName": STR, "pushRequests": INT, "pushMessages": INT,
              "popMessages": INT, "popEmpty": INT, "ackRequests": INT, "ackSuccess": INT,
              "ackFailed": INT, "transactions": INT, "partitionsCreated": INT,
-             "partitionsDeleted": INT, "partitionCount": I, "avgLagMs": NUM, "maxLagMs": INT,
+             "partitionsDeleted": INT, "partitionCount": NI, "avgLagMs": NUM, "maxLagMs": INT,
              "pushPerSecond": NUM, "popPerSecond": NUM, "ackPerSecond": NUM,
              "emptyPerSecond": NUM, "parkedCount": NUM}
 
@@ -290,7 +290,7 @@ def test_retention(world):
     assert mine["totals"]["completedRetentionMsgs"] == 1 and mine["totals"]["eventCount"] >= 1
 
 
-LEAF = {"avg": N, "min": N, "max": N, "last": N}
+LEAF = {"avg": NN, "min": NN, "max": NN, "last": NN}
 
 
 def test_system_and_worker_metrics(world):
@@ -331,17 +331,17 @@ def test_system_and_worker_metrics(world):
     for p in w["timeSeries"]:
         shape(p, {"timestamp": S, "pushMessages": INT, "popMessages": INT, "ackMessages": INT,
                   "pushRequests": INT, "popRequests": INT, "ackRequests": INT,
-                  "jobsDone": I, "pushPerSecond": NUM, "popPerSecond": NUM, "ackPerSecond": NUM,
-                  "avgEventLoopLagMs": I, "maxEventLoopLagMs": I, "avgFreeSlots": I,
-                  "minFreeSlots": I, "dbConnections": I, "avgJobQueueSize": I,
-                  "maxJobQueueSize": I, "backoffSize": I, "avgLagMs": INT, "maxLagMs": INT,
+                  "jobsDone": NI, "pushPerSecond": NUM, "popPerSecond": NUM, "ackPerSecond": NUM,
+                  "avgEventLoopLagMs": NI, "maxEventLoopLagMs": NI, "avgFreeSlots": NI,
+                  "minFreeSlots": NI, "dbConnections": NI, "avgJobQueueSize": NI,
+                  "maxJobQueueSize": NI, "backoffSize": NI, "avgLagMs": INT, "maxLagMs": INT,
                   "lagCount": INT, "dbErrors": INT, "ackSuccess": INT, "ackFailed": INT,
                   "dlqCount": INT})
     assert any(p["backoffSize"] for p in w["timeSeries"])       # the parked long poll
     for x in w["workers"]:
-        shape(x, {"hostname": STR, "workerId": INT, "avgEventLoopLagMs": I,
-                  "maxEventLoopLagMs": I, "freeSlots": I, "dbConnections": I,
-                  "jobQueueSize": I, "backoffSize": I, "messagesProcessed": INT, "lastSeen": S})
+        shape(x, {"hostname": STR, "workerId": INT, "avgEventLoopLagMs": NI,
+                  "maxEventLoopLagMs": NI, "freeSlots": NI, "dbConnections": NI,
+                  "jobQueueSize": NI, "backoffSize": NI, "messagesProcessed": INT, "lastSeen": S})
     for q in w["queues"]:
         shape(q, {"queueName": STR, "popCount": INT, "avgLagMs": INT, "maxLagMs": INT})
     assert ordered([q["popCount"] for q in w["queues"]], reverse=True)
@@ -352,17 +352,17 @@ def test_postgres_stats(world):
     body = world["http"].get("/api/v1/analytics/postgres-stats").json()
     shape(body, {"timestamp": MS, "database": STR,
                  "databaseCache": {"database": STR, "diskReads": INT, "cacheHits": INT,
-                                   "cacheHitRatio": N},
+                                   "cacheHitRatio": NN},
                  "tableCache": list, "indexCache": list, "deadTuples": list, "hotUpdates": list,
                  "activeQueries": list, "autovacuumStatus": list, "bufferUsage": list,
                  "tableSizes": list,
-                 "cacheSummary": {"tables": {"diskReads": INT, "cacheHits": INT, "hitRatio": N},
+                 "cacheSummary": {"tables": {"diskReads": INT, "cacheHits": INT, "hitRatio": NN},
                                   "indexes": {"diskReads": INT, "cacheHits": INT,
-                                              "hitRatio": N}},
+                                              "hitRatio": NN}},
                  "bufferConfig": {"sharedBuffers": STR, "sharedBuffersSize": STR}})
     for t in body["tableCache"]:
         shape(t, {"schema": STR, "table": STR, "diskReads": INT, "cacheHits": INT,
-                  "cacheHitRatio": N})
+                  "cacheHitRatio": NN})
     assert ordered([t["diskReads"] for t in body["tableCache"]], reverse=True)
     for t in body["tableSizes"]:
         shape(t, {"table": STR, "totalSize": STR, "totalSizeBytes": INT, "tableSize": STR,
@@ -465,3 +465,24 @@ def test_messages_and_move_to_dlq(world):
         shape(m, {"id": STR, "transactionId": STR, "partitionId": STR, "queue": STR,
                   "partition": STR, "consumerGroup": STR, "errorMessage": (STR, None),
                   "retryCount": INT, "createdAt": MS, "failedAt": MS})
+
+
+def test_consumers_and_header_routes(world):
+    """Appendix A routes the Consumers, Header and Migration views read."""
+    http, qa = world["http"], world["qa"]
+    groups = http.get("/api/v1/consumer-groups").json()
+    assert isinstance(groups, list)
+    for g in groups:
+        shape(g, {"name": STR, "queueName": STR, "members": INT, "partitionsWithLag": INT,
+                  "maxTimeLag": NUM, "state": STR})
+    assert {"g1", "__QUEUE_MODE__"} <= {g["name"] for g in groups if g["queueName"] == qa}
+    rows = http.get("/api/v1/consumer-groups/lagging", params={"minLagSeconds": 0}).json()
+    assert isinstance(rows, list) and rows
+    for r in rows:
+        shape(r, {"consumer_group": STR, "queue_name": STR, "partition_name": STR,
+                  "offset_lag": INT, "time_lag_seconds": NUM,
+                  "oldest_unconsumed_at": (MS, None)})
+    m = http.get("/api/v1/system/maintenance").json()
+    shape(m, {"maintenanceMode": BOOL, "popMaintenanceMode": BOOL, "bufferedMessages": INT,
+              "bufferStats": {"failedCount": INT, "failedFiles": {"totalMB": NUM}}})
+    assert http.get("/health").json()["status"] in ("healthy", "ok")
