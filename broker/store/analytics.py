@@ -21,7 +21,11 @@ async def status(store: Store, *, minutes: int, since: dt.datetime, until: dt.da
                                                         task)} if scoped else None)
         queues = await conn.fetch(a.STATUS_QUEUES, queue, namespace, task)
         summary = await conn.fetchrow(a.SUMMARY)
-        totals = await conn.fetchrow(ops_sql.MESSAGE_TOTALS_FROM_STATS, None, None, None)
+        # the message figures of the filters' scope (the one definition of every
+        # surface): from queen.stats once the stats job ran, counted live before
+        ready = (await conn.fetchrow(ops_sql.STATS_STATE))["ready"]
+        totals = await conn.fetchrow(ops_sql.MESSAGE_TOTALS_FROM_STATS if ready
+                                     else ops_sql.MESSAGE_TOTALS_LIVE, queue, namespace, task)
         leases = await conn.fetchrow(ops_sql.LEASES, None, None, None)
         dlq = await conn.fetchrow(ops_sql.DLQ_SUMMARY, queue, namespace, task, since, until)
         top_errors = await conn.fetch(ops_sql.DLQ_TOP_ERRORS, queue, namespace, task, since,

@@ -110,7 +110,7 @@ def world(database, tmp_path_factory):
                                               "status": "completed"}).status_code == 200
         # a long poll parked on queue B while the collector samples (once a second)
         parked = threading.Thread(target=lambda: httpx.get(
-            f"{broker.url}/api/v1/pop/queue/{qb}", params={"wait": "true", "timeout": 4000},
+            f"{broker.url}/api/v1/pop/queue/{qb}", params={"wait": "true", "timeout": 8000},
             timeout=30), daemon=True)
         parked.start()
 
@@ -119,13 +119,13 @@ def world(database, tmp_path_factory):
             body = http.get("/api/v1/analytics/queue-parked-replicas",
                             params={"queue": qb}).json()
             return any(p["parkedCount"] > 0 for p in body["series"])
-        wait_until(parked_seen, 20, "the parked pop in the collector's rows")
+        wait_until(parked_seen, 60, "the parked pop in the collector's rows", interval=0.5)
         parked.join(30)
 
         def retained():
             return http.get("/api/v1/analytics/retention",
                             params={"queue": qc}).json()["totals"]["completedRetentionMsgs"]
-        wait_until(retained, 30, "the retention sweep of queue C")
+        wait_until(retained, 60, "the retention sweep of queue C", interval=0.5)
         assert http.post("/api/v1/stats/refresh", json={"full": True}).status_code == 200
         assert http.post("/api/v1/system/jobs/metrics/run").status_code == 200
         yield {"http": http, "qa": qa, "qb": qb, "qc": qc, "ns": ns, "task": task,
