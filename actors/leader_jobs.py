@@ -44,8 +44,10 @@ import psutil
 from loguru import logger
 from pykka import ActorDeadError
 
+from actors.metric_minutes import Minute, MinuteBook, leaf_tree
 from actors.runtime import AsyncioActor
 from broker.store import jobs_sql as sql
+from broker.telemetry import QUEUE_COUNTERS
 
 WARN_EVERY_S = 30.0
 """A failure identical to the previous one is logged as a warning at most this often."""
@@ -355,6 +357,7 @@ class StatsJob(PeriodicJob):
                     namespaces = await conn.fetchrow(sql.STATS_ROLLUP_NAMESPACES)
                     tasks = await conn.fetchrow(sql.STATS_ROLLUP_TASKS)
                     await conn.fetchval(sql.STATS_ROLLUP_SYSTEM)
+                    await conn.execute(sql.PARTITION_COUNT_SNAPSHOT)
         except _LockBusy:
             return {"skipped": True}
         self._since_full = 0 if full else self._since_full + 1
@@ -392,6 +395,7 @@ def flatten_counters(snapshot: dict) -> dict[str, float]:
     out.update({f"requests.{k}": v for k, v in requests.items()})
     out.update({f"errors.{k}": v for k, v in errors.items()})
     out.update({f"messages.{k}": v for k, v in messages.items()})
+    out.update({f"ops.{k}": v for k, v in (snapshot.get("ops") or {}).items()})
     return out
 
 
@@ -405,8 +409,15 @@ def counter_deltas(current: dict[str, float], previous: dict[str, float]) -> dic
     return out
 
 
+SAMPLE_EVERY = 4
+"""Lag ticks per gauge sample (one sample a second)."""
+
+
 class MetricsCollector(PeriodicJob):
-    """Writes this replica's system_metrics and worker_metrics rows (behaviour.md §7.3)."""
+    """Writes this replica's system_metrics, worker_metrics and queue_metrics rows
+    and the lifetime summary (behaviour.md §7.3). Gauges are sampled once a
+    second into per-minute leaves (actors/metric_minutes.py); counters are the
+    telemetry's growth since the last successful flush."""
 
     job_name = "metrics"
 
@@ -424,11 +435,12 @@ class MetricsCollector(PeriodicJob):
         self._pid = os.getpid()
         self._process = psutil.Process(self._pid)
         self._flushed: dict[str, float] = {}   # counters as of the last successful flush
-        self._bucket: datetime | None = None
-        self._samples = 0                      # flushes in the current minute
+        self._flushed_queues: dict[str, dict[str, float]] = {}
+        self._book = MinuteBook()
         self._lag_task: asyncio.Task | None = None
         self._lag_last_ms = 0.0
         self._lag_max_ms = 0.0
+        self._cpu_at: tuple[float, float, float] | None = None  # (wall, user, system)
         self.flushes = 0
 
     def on_start(self) -> None:
@@ -448,12 +460,47 @@ class MetricsCollector(PeriodicJob):
     async def _sample_lag(self) -> None:
         # Plain numbers written on the actor's own loop; read by _cycle.
         loop = asyncio.get_running_loop()
+        ticks: list[float] = []
         while True:
             before = loop.time()
             await asyncio.sleep(LAG_SAMPLE_S)
             lag = max(0.0, loop.time() - before - LAG_SAMPLE_S) * 1000
             self._lag_last_ms = lag
             self._lag_max_ms = max(self._lag_max_ms, lag)
+            ticks.append(lag)
+            if len(ticks) >= SAMPLE_EVERY:
+                try:
+                    self._sample(sum(ticks) / len(ticks), max(ticks))
+                except Exception as exc:  # a sample is never worth the sampler
+                    logger.debug("metrics: sample failed: {}", exc)
+                ticks = []
+
+    def _cpu(self) -> tuple[float | None, float | None]:
+        """CPU use since the previous sample, as percent of one core times 100."""
+        times = self._process.cpu_times()
+        now = time.monotonic()
+        previous, self._cpu_at = self._cpu_at, (now, times.user, times.system)
+        if previous is None or now <= previous[0]:
+            return None, None
+        wall = now - previous[0]
+        return ((times.user - previous[1]) / wall * 10_000,
+                (times.system - previous[2]) / wall * 10_000)
+
+    def _sample(self, lag_avg: float, lag_max: float) -> None:
+        g = self._read_gauges()
+        size, idle, most = g.get("db_pool_size"), g.get("db_pool_idle"), g.get("db_pool_max")
+        active = size - idle if isinstance(size, int) and isinstance(idle, int) else None
+        free = most - active if isinstance(most, int) and active is not None else None
+        user, system = self._cpu()
+        mem = self._process.memory_info()
+        t = self._telemetry
+        self._book.sample(datetime.now(UTC), {
+            "event_loop_lag_ms": lag_avg, "event_loop_lag_max_ms": lag_max,
+            "cpu_user_us": user, "cpu_system_us": system,
+            "rss_bytes": mem.rss, "virtual_bytes": mem.vms,
+            "pool_size": size, "pool_idle": idle, "pool_active": active, "pool_max": most,
+            "free_slots": free, "db_waiting": t.db_waiting, "long_polls": t.long_polls_in_flight,
+        }, dict(t.long_polls_by_queue))
 
     def _read_gauges(self) -> dict:
         try:
@@ -462,43 +509,98 @@ class MetricsCollector(PeriodicJob):
             logger.debug("metrics: gauges unavailable: {}", exc)
             return {}
 
+    def _shared_state(self, g: dict) -> dict:
+        """The mesh's figures in the reference's shared_state shape (None: not measured)."""
+        mesh = g.get("mesh")
+        if not isinstance(mesh, dict):
+            return {"shared_state": {"enabled": False}}
+        return {"shared_state": {
+            "enabled": True,
+            "server_health": {"alive": mesh.get("servers_alive"), "dead": mesh.get("servers_dead")},
+            "transport": {"sent": mesh.get("messages_sent"),
+                          "received": mesh.get("messages_received"),
+                          "dropped": mesh.get("messages_dropped")}}}
+
+    @staticmethod
+    def _minute_gauges(minute: Minute) -> dict:
+        def pick(name: str, what: str) -> float | None:
+            leaf = minute.leaves.get(name)
+            if leaf is None or not leaf.count:
+                return None
+            value = {"avg": leaf.total / leaf.count, "min": leaf.low, "max": leaf.high}[what]
+            return round(value, 3) if value is not None else None
+        return {"event_loop_lag_avg_ms": pick("event_loop_lag_ms", "avg"),
+                "event_loop_lag_max_ms": pick("event_loop_lag_max_ms", "max"),
+                "free_slots_avg": pick("free_slots", "avg"),
+                "free_slots_min": pick("free_slots", "min"),
+                "db_pool_size": pick("pool_size", "max"),
+                "job_queue_avg": pick("db_waiting", "avg"),
+                "job_queue_max": pick("db_waiting", "max"),
+                "backoff_max": pick("long_polls", "max")}
+
+    def _queue_rows(self, minute: Minute, deltas: dict[str, dict[str, float]],
+                    lag_max: dict[str, float]) -> list[list]:
+        """Columns for UPSERT_QUEUE_METRICS: one entry per queue with figures."""
+        names = sorted(set(deltas) | set(minute.parked))
+        columns: list[list] = [names]
+        for counter in QUEUE_COUNTERS:
+            columns.append([deltas.get(q, {}).get(counter, 0) for q in names])
+        columns.append([lag_max.get(q, 0.0) for q in names])
+        parked = [minute.parked.get(q) for q in names]
+        columns.append([round(p.total / p.count, 3) if p and p.count else None for p in parked])
+        columns.append([int(p.high) if p and p.high is not None else None for p in parked])
+        return columns
+
     async def _cycle(self, **_options: Any) -> dict:
         now = datetime.now(UTC)
         bucket = now.replace(second=0, microsecond=0)
-        samples = self._samples + 1 if bucket == self._bucket else 1
         g = self._read_gauges()
-        size, idle = g.get("db_pool_size"), g.get("db_pool_idle")
-        active = size - idle if isinstance(size, int) and isinstance(idle, int) else None
-        mem = self._process.memory_info()
-        lag_last, lag_max = round(self._lag_last_ms, 3), round(self._lag_max_ms, 3)
+        if bucket not in self._book.minutes:  # no sample yet this minute (first flush)
+            self._sample(self._lag_last_ms, self._lag_max_ms)
         current = flatten_counters(self._telemetry.snapshot())
         counters = counter_deltas(current, self._flushed)
-        metrics = {
-            "cpu_percent": self._process.cpu_percent(None),
-            "memory_rss_bytes": mem.rss, "memory_vms_bytes": mem.vms,
-            "db_pool_size": size, "db_pool_idle": idle, "db_pool_active": active,
-            "db_pool_max": g.get("db_pool_max"),
-            "uptime_seconds": round(time.time() - self._telemetry.started_at, 3),
-            "event_loop_lag_ms": lag_last, "event_loop_lag_max_ms": lag_max,
-            "mesh": g.get("mesh"),
-            "maintenance_mode": g.get("maintenance_mode"),
-            "pop_maintenance_mode": g.get("pop_maintenance_mode"),
-            "pid": self._pid, "server_id": self._server_id,
-        }
-        gauges = {"event_loop_lag_ms": lag_last, "event_loop_lag_max_ms": lag_max,
-                  "db_pool_size": size, "db_pool_idle": idle, "db_pool_active": active,
-                  "long_polls_in_flight": g.get("long_polls_in_flight"),
+        queues_now = {q: dict(c) for q, c in self._telemetry.queues.items()}
+        queue_deltas = {q: d for q, c in queues_now.items()
+                        if (d := counter_deltas(c, self._flushed_queues.get(q, {})))}
+        lag_max = dict(self._telemetry.lag_max_ms)
+        static = {"pid": self._pid, "server_id": self._server_id,
+                  "uptime_seconds": round(time.time() - self._telemetry.started_at, 3),
                   "maintenance_mode": g.get("maintenance_mode"),
                   "pop_maintenance_mode": g.get("pop_maintenance_mode")}
+        size, idle = g.get("db_pool_size"), g.get("db_pool_idle")
+        mem = self._process.memory_info()
+        instant = {  # this flush's own readings, on the current minute's row
+            "cpu_percent": self._process.cpu_percent(None),
+            "memory_rss_bytes": mem.rss, "memory_vms_bytes": mem.vms,
+            "db_pool_size": size, "db_pool_idle": idle,
+            "db_pool_active": size - idle if isinstance(size, int) and isinstance(idle, int)
+            else None, "db_pool_max": g.get("db_pool_max"),
+            "event_loop_lag_ms": round(self._lag_last_ms, 3),
+            "event_loop_lag_max_ms": round(self._lag_max_ms, 3), "mesh": g.get("mesh")}
         async with self._store.connection() as conn:
-            async with conn.transaction():  # both rows or neither: deltas never double-count
-                await conn.execute(sql.UPSERT_SYSTEM_METRICS, bucket, self._hostname,
-                                   self._port, self._worker_id, samples, metrics)
-                await conn.execute(sql.UPSERT_WORKER_METRICS, bucket, self._hostname,
-                                   self._worker_id, self._pid, counters, gauges)
+            async with conn.transaction():  # all rows or none: deltas never double-count
+                for at, minute in sorted(self._book.minutes.items()):
+                    is_now = at == bucket
+                    metrics = {**leaf_tree(minute, self._shared_state(g)), **static,
+                               **(instant if is_now else {})}
+                    await conn.execute(sql.UPSERT_SYSTEM_METRICS, at, self._hostname,
+                                       self._port, self._worker_id, minute.samples, metrics)
+                    await conn.execute(sql.UPSERT_WORKER_METRICS, at, self._hostname,
+                                       self._worker_id, self._pid, counters if is_now else {},
+                                       self._minute_gauges(minute))
+                    columns = self._queue_rows(minute, queue_deltas if is_now else {},
+                                               lag_max if is_now else {})
+                    if columns[0]:
+                        await conn.execute(sql.UPSERT_QUEUE_METRICS, at, self._hostname,
+                                           self._worker_id, self._pid, *columns)
+                if counters:
+                    await conn.execute(sql.UPSERT_METRICS_SUMMARY, counters)
         # Only now: a failed flush carries its deltas over to the next one.
-        self._bucket, self._samples = bucket, samples
-        self._flushed = current
+        self._book.written(now)
+        self._flushed, self._flushed_queues = current, queues_now
+        for queue, value in lag_max.items():
+            if self._telemetry.lag_max_ms.get(queue) == value:
+                del self._telemetry.lag_max_ms[queue]
         self._lag_max_ms = 0.0
         self.flushes += 1
         return {"skipped": False, "bucket": bucket.isoformat(), "counters": len(counters)}

@@ -31,6 +31,7 @@ from broker.routes import (
     ephemeral,
     kv,
     locks,
+    migration,
     ops,
     pop,
     push,
@@ -44,6 +45,7 @@ from broker.service import push as push_service
 from broker.service import timers as timers_service
 from broker.service.context import BrokerContext
 from broker.service.gauges import gauges
+from broker.service.migration import Migration
 from broker.store.db import (
     PartitionHeld,
     Store,
@@ -125,7 +127,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     app.config.ACCESS_LOG = False
 
     for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp, docs.bp,
-                      streams.bp, reads.bp, kv.bp, locks.bp, timers.bp,
+                      streams.bp, reads.bp, kv.bp, locks.bp, timers.bp, migration.bp,
                       ephemeral.bp, *ops.blueprints):
         if blueprint is not pop.bp:
             answer_head_like_get(blueprint)
@@ -143,6 +145,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             tls=unverified_tls() if settings.pg_tls_unverified else None)
         store.order_wait_ms = settings.file_buffer_order_wait_ms
         app.ctx.store = store
+        app.ctx.migration = Migration(dsn)
         # Refs for long_poll, proxies (built once: pykka introspects on each
         # proxy() call) for everything else.
         app.ctx.waiters = PopWaiterRegistry.start()

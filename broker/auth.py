@@ -89,7 +89,7 @@ ROUTE_LEVELS: list[tuple[frozenset[str] | None, str, int]] = [
      rf"/api/v1/consumer-groups/{_SEG}/queues/{_SEG}(/partitions/{_SEG})?/seek", READ_WRITE),
     (frozenset({"POST"}), r"/api/v1/traces", READ_WRITE),
     (frozenset({"DELETE"}), rf"/api/v1/messages/{_SEG}/{_SEG}", READ_WRITE),
-    (frozenset({"POST"}), rf"/api/v1/messages/{_SEG}/{_SEG}/retry", READ_WRITE),
+    (frozenset({"POST"}), rf"/api/v1/messages/{_SEG}/{_SEG}/(retry|dlq)", READ_WRITE),
     # the state surfaces: a batch that writes is held to READ_WRITE by its route
     # (``writes_allowed``), since one POST carries reads and writes alike
     (frozenset({"POST"}), r"/api/v1/(fetch|partitions/changed|kv|locks)", READ_ONLY),

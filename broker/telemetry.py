@@ -5,9 +5,16 @@ snapshot. Routes bump them; nothing here does I/O.
 """
 from __future__ import annotations
 
+import datetime as dt
 import time
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+QUEUE_COUNTERS = ("push_requests", "push_messages", "pop_requests", "pop_messages", "pop_empty",
+                  "ack_requests", "ack_success", "ack_failed", "transactions", "lag_count",
+                  "lag_sum_ms")
+"""Per-queue counters the collector writes to queen.queue_metrics (column names)."""
 
 
 @dataclass
@@ -29,6 +36,16 @@ class Telemetry:
     # long_poll: attempts, timer_rechecks, shared_rechecks (a timer re-check
     # answered by another parked pop's check of the same cohort)
     pops: Counter = field(default_factory=Counter)
+    # the same per queue (pops naming a queue), for the parked figures
+    long_polls_by_queue: Counter = field(default_factory=Counter)
+    # per queue: QUEUE_COUNTERS, growing; lag maxima since the collector's last flush
+    queues: dict[str, defaultdict[str, float]] = field(default_factory=dict)
+    lag_max_ms: dict[str, float] = field(default_factory=dict)
+    # worker-wide: the QUEUE_COUNTERS summed, plus db_errors (errors about the
+    # database, not about a request's values)
+    ops: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    # requests waiting for a pooled database connection right now
+    db_waiting: int = 0
 
     def observe(self, route: str, seconds: float) -> None:
         self.request_seconds_total += seconds
@@ -37,11 +54,29 @@ class Telemetry:
 
     latency_hooks: list = field(default_factory=list)
 
+    def count(self, queue: str | None, name: str, n: float = 1) -> None:
+        """Bump the per-queue counter ``name`` (and the worker-wide one)."""
+        if not n:
+            return
+        self.ops[name] += n
+        if queue is not None:
+            self.queues.setdefault(queue, defaultdict(float))[name] += n
+
+    def delivered(self, queue: str, created: Iterable[dt.datetime]) -> None:
+        """Messages of ``queue`` handed out by a pop: count and lag (now − createdAt)."""
+        now = dt.datetime.now(dt.UTC)
+        lags = [max(0.0, (now - c).total_seconds() * 1000) for c in created]
+        self.count(queue, "pop_messages", len(lags))
+        self.count(queue, "lag_count", len(lags))
+        self.count(queue, "lag_sum_ms", sum(lags))
+        if lags:
+            self.lag_max_ms[queue] = max(self.lag_max_ms.get(queue, 0.0), max(lags))
+
     def snapshot(self) -> dict:
         return {"uptime_s": round(time.time() - self.started_at, 3),
                 "requests": dict(self.requests), "errors": dict(self.errors),
                 "messages": dict(self.messages), "stream_cycles": dict(self.stream_cycles),
-                "pops": dict(self.pops),
+                "pops": dict(self.pops), "ops": dict(self.ops),
                 "request_seconds_total": round(self.request_seconds_total, 6)}
 
 

@@ -17,6 +17,7 @@ from broker.openapi.paths import (
     consumer_groups,
     messages,
     messaging,
+    migration,
     queues,
     state,
     status,
@@ -26,7 +27,7 @@ from broker.openapi.paths import (
 )
 
 GROUPS = (messaging, queues, messages, consumer_groups, traces, status, system, streams,
-          state)
+          state, migration)
 
 COMPONENTS: dict[str, Any] = {
     "schemas": {

@@ -34,6 +34,7 @@ async def ack(ctx: BrokerContext, rows: list[AckRow]) -> list[Any]:
     for row, r in zip(rows, results):
         telemetry.messages["dlq" if r["dlq"] else "acked_" + row.status if r["success"]
                            else "ack_rejected"] += 1
+    count_acks(rows, results)
     return results
 
 
@@ -45,6 +46,19 @@ def refuse_held(ctx: BrokerContext, pushes: Sequence[PushItem]) -> None:
                  if ctx.spool_backlog.holds([(i.queue, i.partition)])), None)
     if held is not None:
         raise PartitionHeld(*held)
+
+
+def count_acks(rows: Sequence[AckRow], results: Sequence[Any]) -> None:
+    """Per-queue ack figures: one request per queue touched; accepted acks as
+    success (completed) or failed (failed, dead-lettered included)."""
+    queues = set()
+    for row, r in zip(rows, results):
+        queue = r["queue_name"]
+        queues.add(queue)
+        if r["success"]:
+            telemetry.count(queue, "ack_success" if row.status == "completed" else "ack_failed")
+    for queue in queues:
+        telemetry.count(queue, "ack_requests")
 
 
 @dataclass(frozen=True)
@@ -86,9 +100,13 @@ async def transaction(ctx: BrokerContext, flat: list[tuple[str, Any]], required:
         return TransactionOutcome(txn_id, steps, [], None, failed)
     if riders:
         riders.committed(ctx)
+    touched = {i.queue for i in pushes}
     for (kind, rows), res in zip(steps, results):
         if kind == "ack":
             leases_released(ctx, rows, res)
+            touched.update(r["queue_name"] for r in res)
+    for queue in touched:
+        telemetry.count(queue, "transactions")
     wake_after_commit(ctx, {(i.queue, i.partition) for i in pushes})
     return TransactionOutcome(txn_id, steps, results, None)
 

@@ -45,3 +45,4 @@ class BrokerContext:
     streams_state_batcher: Any = None  # Batcher proxy folding /streams/v1/state/get reads
     jobs: Any = None             # leader jobs (retention, stats, metrics)
     timer_sweeper: Any = None    # TimerSweeper proxy (delivers due timers)
+    migration: Any = None        # service.migration.Migration: this process's copy state

@@ -58,6 +58,8 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> dict:
     if req.wait:
         deadline = time.monotonic() + req.timeout_ms / 1000
         telemetry.long_polls_in_flight += 1
+        if req.queue is not None:
+            telemetry.long_polls_by_queue[req.queue] += 1
         try:
             result = await long_poll(
                 ctx.waiters, req.queue, attempt, deadline,
@@ -72,16 +74,24 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> dict:
                 counters=telemetry.pops)
         finally:
             telemetry.long_polls_in_flight -= 1
+            if req.queue is not None:
+                telemetry.long_polls_by_queue[req.queue] -= 1
+                if telemetry.long_polls_by_queue[req.queue] <= 0:
+                    del telemetry.long_polls_by_queue[req.queue]
+        telemetry.count(req.queue, "pop_requests")
         if result:
             return result
+        telemetry.count(req.queue, "pop_empty")
         if last_kind[0] == "paused":
             return {"messages": [], "paused": True}
         return {"success": True, "queue": req.queue, "partition": req.partition,
                 "partitionId": None, "leaseId": None, "consumerGroup": req.group,
                 "messages": []}
     result = await attempt([])
+    telemetry.count(req.queue, "pop_requests")
     if result:
         return result
+    telemetry.count(req.queue, "pop_empty")
     kind = last_kind[0]
     if kind == "window_buffer":
         return {"success": True, "queue": req.queue, "partition": req.partition,
@@ -209,6 +219,11 @@ def _pop_answer(ctx: BrokerContext, req: PopRequest, rows, lease_id: str) -> dic
         if not partitions or partitions[-1] != row["partition_id"]:
             partitions.append(row["partition_id"])
     telemetry.messages["popped"] += len(messages)
+    by_queue: dict[str, list] = {}
+    for row in rows:
+        by_queue.setdefault(row["queue_name"], []).append(row["created_at"])
+    for queue, created in by_queue.items():
+        telemetry.delivered(queue, created)
     first = rows[0]
     return {
         "success": True,

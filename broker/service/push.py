@@ -66,6 +66,25 @@ def wake_after_commit(ctx: BrokerContext, pairs: set[tuple[str, str]]) -> None:
 
 
 async def push(ctx: BrokerContext, items: list[PushItem], producer_sub: str | None) -> PushAnswer:
+    answer = await _push(ctx, items, producer_sub)
+    count_pushed(items, answer.results)
+    return answer
+
+
+ACCEPTED = ("queued", "buffered")
+
+
+def count_pushed(items: list[PushItem], results: list[dict]) -> None:
+    """Per-queue push figures: one request per queue named, the items accepted."""
+    for queue in {i.queue for i in items}:
+        telemetry.count(queue, "push_requests")
+    for item, res in zip(items, results):
+        if res.get("status") in ACCEPTED:
+            telemetry.count(item.queue, "push_messages")
+
+
+async def _push(ctx: BrokerContext, items: list[PushItem], producer_sub: str | None
+                ) -> PushAnswer:
     if ctx.flags.push:  # maintenance: straight to the spool, no database, no wake
         return await _spool(ctx, items, None, producer_sub)
     if ctx.spool_backlog.holds((i.queue, i.partition) for i in items):

@@ -21,6 +21,7 @@ from loguru import logger
 from broker.store import sql
 from broker.store.health import DatabaseHealth
 from broker.store.schema import apply_schema
+from broker.telemetry import telemetry
 
 QUEUE_MODE = "__QUEUE_MODE__"
 
@@ -124,16 +125,20 @@ def _mapped_errors():
         raise StoreConflict(f"database conflict with a concurrent request ({what}); "
                             f"retry later") from exc
     except asyncpg.exceptions.LockNotAvailableError as exc:
+        telemetry.ops["db_errors"] += 1
         raise StoreBusy("database busy: waited too long for a lock another request holds; "
                         "retry later") from exc
     except asyncpg.exceptions.QueryCanceledError as exc:  # statement_timeout, pg_cancel_backend
+        telemetry.ops["db_errors"] += 1
         raise StoreBusy("database busy: the request took longer than the statement timeout; "
                         "retry later") from exc
     except asyncpg.exceptions.DataError as exc:
         raise StoreInvalidValue(_invalid_value_message(exc)) from exc
     except UNAVAILABLE_ERRORS as exc:
+        telemetry.ops["db_errors"] += 1
         raise StoreUnavailable(f"database unavailable: {exc.__class__.__name__}: {exc}") from exc
     except asyncpg.exceptions.PostgresError as exc:
+        telemetry.ops["db_errors"] += 1
         raise StoreError(f"database error (SQLSTATE {exc.sqlstate})") from exc
 
 
@@ -282,16 +287,23 @@ class Store:
     async def connection(self):
         try:
             with _mapped_errors():
-                async with self.pool.acquire(timeout=self._acquire_timeout) as conn:
-                    try:
-                        yield conn
-                    except asyncpg.exceptions.ReadOnlySQLTransactionError:
-                        # This server stopped taking writes (demoted, or a standby reached
-                        # with PG_TARGET_SESSION_ATTRS=any): its connection is dropped so the
-                        # next one is opened anew through PG_HOST's list, to the primary when
-                        # there is one.
-                        conn.terminate()
-                        raise
+                # Requests waiting for a free pooled connection (the collector's job queue).
+                telemetry.db_waiting += 1
+                try:
+                    conn = await self.pool.acquire(timeout=self._acquire_timeout)
+                finally:
+                    telemetry.db_waiting -= 1
+                try:
+                    yield conn
+                except asyncpg.exceptions.ReadOnlySQLTransactionError:
+                    # This server stopped taking writes (demoted, or a standby reached
+                    # with PG_TARGET_SESSION_ATTRS=any): its connection is dropped so the
+                    # next one is opened anew through PG_HOST's list, to the primary when
+                    # there is one.
+                    conn.terminate()
+                    raise
+                finally:
+                    await self.pool.release(conn)
         except StoreUnavailable as exc:
             self.health.failed(exc)
             raise

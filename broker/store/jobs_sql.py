@@ -192,10 +192,18 @@ DELETE FROM queen.kv k USING gone g WHERE k.namespace = g.namespace AND k.key = 
 did not apply). Readers never see them as live anyway; this only frees the space. A
 row a writer holds is skipped (next cycle)."""
 
+PURGE_QUEUE_METRICS = _purge("queen.queue_metrics", "bucket_time")
+"""Delete up to $2 queue_metrics rows older than $1 days."""
+
+PURGE_PARTITION_EVENTS = _purge("queen.partition_events", "bucket_time")
+"""Delete up to $2 partition_events rows older than $1 days."""
+
 METRICS_PURGES = (
     ("system_metrics", PURGE_SYSTEM_METRICS),
     ("worker_metrics", PURGE_WORKER_METRICS),
     ("retention_history", PURGE_RETENTION_HISTORY),
+    ("queue_metrics", PURGE_QUEUE_METRICS),
+    ("partition_events", PURGE_PARTITION_EVENTS),
 )
 """The metrics purge step, table by table (behaviour.md §7.1, METRICS_RETENTION_DAYS)."""
 
@@ -476,3 +484,61 @@ ON CONFLICT (bucket_time, hostname, worker_id, pid) DO UPDATE SET
 """This replica's row of the minute $1 ($2 hostname, $3 worker id, $4 pid): the
 counters ($5, flat JSON object of numbers: deltas since the previous flush) are
 ADDED key by key to what the row holds; the gauges ($6) replace the old ones."""
+
+UPSERT_QUEUE_METRICS = """
+INSERT INTO queen.queue_metrics AS m
+    (bucket_time, hostname, worker_id, pid, queue_name, push_requests, push_messages,
+     pop_requests, pop_messages, pop_empty, ack_requests, ack_success, ack_failed,
+     transactions, lag_count, lag_sum_ms, lag_max_ms, parked_avg, parked_max)
+SELECT $1, $2, $3, $4, x.* FROM unnest(
+    $5::text[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[],
+    $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[],
+    $16::float8[], $17::float8[], $18::float8[], $19::integer[]) AS x
+ON CONFLICT (bucket_time, queue_name, hostname, worker_id, pid) DO UPDATE SET
+    push_requests = m.push_requests + EXCLUDED.push_requests,
+    push_messages = m.push_messages + EXCLUDED.push_messages,
+    pop_requests = m.pop_requests + EXCLUDED.pop_requests,
+    pop_messages = m.pop_messages + EXCLUDED.pop_messages,
+    pop_empty = m.pop_empty + EXCLUDED.pop_empty,
+    ack_requests = m.ack_requests + EXCLUDED.ack_requests,
+    ack_success = m.ack_success + EXCLUDED.ack_success,
+    ack_failed = m.ack_failed + EXCLUDED.ack_failed,
+    transactions = m.transactions + EXCLUDED.transactions,
+    lag_count = m.lag_count + EXCLUDED.lag_count,
+    lag_sum_ms = m.lag_sum_ms + EXCLUDED.lag_sum_ms,
+    lag_max_ms = greatest(m.lag_max_ms, EXCLUDED.lag_max_ms),
+    parked_avg = coalesce(EXCLUDED.parked_avg, m.parked_avg),
+    parked_max = coalesce(EXCLUDED.parked_max, m.parked_max)
+"""
+"""This replica's per-queue rows of the minute $1 ($2 hostname, $3 worker id, $4
+pid), one per queue in $5: the counters $6..$16 (deltas since the previous
+flush, in the order of telemetry.QUEUE_COUNTERS) are added, the lag maximum
+$17 raised, the parked mean / maximum of the minute ($18, $19) replaced (NULL
+keeps what the row holds)."""
+
+UPSERT_METRICS_SUMMARY = """
+INSERT INTO queen.worker_metrics_summary AS s (id, counters, updated_at)
+VALUES (1, $1::jsonb, now())
+ON CONFLICT (id) DO UPDATE SET
+    counters = (
+        SELECT coalesce(jsonb_object_agg(k.key,
+                   coalesce((s.counters ->> k.key)::numeric, 0)
+                   + coalesce((EXCLUDED.counters ->> k.key)::numeric, 0)), '{}'::jsonb)
+        FROM (SELECT jsonb_object_keys(s.counters) AS key
+              UNION SELECT jsonb_object_keys(EXCLUDED.counters)) AS k),
+    updated_at = now()
+"""
+"""Lifetime totals: the counter deltas $1 of one flush added to the single row."""
+
+PARTITION_COUNT_SNAPSHOT = """
+INSERT INTO queen.partition_events AS e (bucket_time, queue_name, partition_count)
+SELECT date_trunc('minute', now()), s.stat_key, s.child_count
+FROM queen.stats s
+WHERE s.stat_type = 'queue'
+  AND NOT EXISTS (SELECT 1 FROM queen.partition_events x
+                  WHERE x.bucket_time = date_trunc('minute', now())
+                    AND x.partition_count IS NOT NULL)
+ON CONFLICT (bucket_time, queue_name) DO UPDATE SET partition_count = EXCLUDED.partition_count
+"""
+"""Once a minute (the first stats cycle of the minute): every queue's partition
+count from its fresh stats row, as the minute's snapshot."""

@@ -55,11 +55,9 @@ async def overview(store: Store) -> dict:
         totals = await conn.fetchrow(
             q.MESSAGE_TOTALS_FROM_STATS if ready else q.MESSAGE_TOTALS_LIVE, None, None, None)
         cursors = await conn.fetch(q.CURSOR_ROWS, None, None, None)
-        ingested = await conn.fetchval(q.INGESTED_LAST_MINUTE)
     return {"catalog": catalog, "totals": totals, "statsAge": age,
             "lag": {"time": _summary([r["time_lag_seconds"] for r in cursors]),
-                    "offset": _summary([float(r["offset_lag"]) for r in cursors])},
-            "ingestedLastMinute": ingested}
+                    "offset": _summary([float(r["offset_lag"]) for r in cursors])}}
 
 
 async def partitions(store: Store, queue: str | None, min_depth: int, limit: int,
@@ -251,6 +249,12 @@ def message_status(seq: int, groups: list[Record], dead: list[Record]) -> dict:
                        for g in groups]}
 
 
+async def move_to_dlq(store: Store, partition_id: str, transaction_id: str, error: str) -> str:
+    """'moved', 'not_found', 'consumed', 'leased' or 'not_next'."""
+    async with store.connection() as conn:
+        return await conn.fetchval(q.MOVE_TO_DLQ, partition_id, transaction_id, error)
+
+
 async def delete_message(store: Store, partition_id: str, transaction_id: str) -> bool:
     async with store.connection() as conn:
         return await conn.fetchval(q.DELETE_MESSAGE, partition_id, transaction_id) is not None
@@ -292,26 +296,6 @@ async def trace_names(store: Store, search: str | None, limit: int, offset: int)
 
 # -- status / analytics -------------------------------------------------------------------
 
-async def status(store: Store, *, queue, namespace, task, since, until, bucket_minutes) -> dict:
-    """Everything GET /api/v1/status shows, in one connection."""
-    scope = (queue, namespace, task)
-    async with store.connection() as conn:
-        age, ready = await stats_state(conn)
-        totals = await conn.fetchrow(
-            q.MESSAGE_TOTALS_FROM_STATS if ready else q.MESSAGE_TOTALS_LIVE, *scope)
-        ingested = await conn.fetch(q.INGEST_SERIES, *scope, bucket_minutes, since, until)
-        processed = await conn.fetch(q.PROCESSED_SERIES, bucket_minutes, since, until,
-                                     q.PROCESSED_COUNTERS)
-        dead = await conn.fetch(q.DLQ_SERIES, *scope, bucket_minutes, since, until)
-        leases = await conn.fetchrow(q.LEASES, *scope)
-        dlq = await conn.fetchrow(q.DLQ_SUMMARY, *scope, since, until)
-        top_errors = await conn.fetch(q.DLQ_TOP_ERRORS, *scope, since, until)
-        workers = await conn.fetch(q.LATEST_WORKERS, since, until)
-    return {"statsAge": age, "totals": totals, "ingested": ingested, "processed": processed,
-            "dead": dead, "leases": leases, "dlq": dlq, "topErrors": top_errors,
-            "workers": workers}
-
-
 async def queues_status(store: Store, namespace, task, limit, offset) -> list[Record]:
     async with store.connection() as conn:
         _age, ready = await stats_state(conn)
@@ -336,20 +320,6 @@ async def analytics(store: Store, *, queue, namespace, task, since, until,
         processed = await conn.fetch(q.PROCESSED_SERIES, bucket_minutes, since, until,
                                      q.PROCESSED_COUNTERS)
     return {"ingested": ingested, "dead": dead, "processed": processed}
-
-
-async def fetch(store: Store, sql: str, *params) -> list[Record]:
-    """Run one read-only statement of ops_sql (time-series and diagnostics routes)."""
-    async with store.connection() as conn:
-        return await conn.fetch(sql, *params)
-
-
-async def postgres_stats(store: Store) -> dict:
-    async with store.connection() as conn:
-        db = await conn.fetchrow(q.POSTGRES_DATABASE)
-        conns = await conn.fetch(q.POSTGRES_CONNECTIONS)
-        tables = await conn.fetch(q.POSTGRES_TABLES)
-    return {"database": db, "connections": conns, "tables": tables}
 
 
 def queue_figures(row) -> dict:

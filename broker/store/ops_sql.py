@@ -187,15 +187,24 @@ LIMIT $3 OFFSET $4
 
 QUEUE_PARTITIONS_LIVE = f"""
 WITH pc AS ({_PARTITION_COUNTS} WHERE q.name = $1 AND p.id IS NOT NULL)
-SELECT pc.*, l.total_messages_consumed, l.total_batches_consumed, l.last_consumed_at,
-       l.updated_at AS cursor_updated_at, l.cursor_seq AS qm_cursor
+SELECT pc.*, g.total_messages_consumed, g.total_batches_consumed, g.last_consumed_at,
+       g.cursor_updated_at, g.qm_cursor, g.pending_cursor_at, pc.last_message_at AS newest_at
 FROM pc
-LEFT JOIN queen.log_consumers l
-       ON l.partition_id = pc.partition_id AND l.consumer_group = '__QUEUE_MODE__'
+LEFT JOIN LATERAL (
+    SELECT sum(l.total_messages_consumed)::bigint AS total_messages_consumed,
+           sum(l.total_batches_consumed)::bigint AS total_batches_consumed,
+           max(l.last_consumed_at) AS last_consumed_at, max(l.updated_at) AS cursor_updated_at,
+           max(l.cursor_seq) FILTER (WHERE l.consumer_group = '__QUEUE_MODE__') AS qm_cursor,
+           max(c.created_at) FILTER (WHERE l.cursor_seq < pc.last_seq) AS pending_cursor_at
+    FROM queen.log_consumers l
+    LEFT JOIN queen.messages c ON c.partition_id = l.partition_id AND c.seq = l.cursor_seq
+    WHERE l.partition_id = pc.partition_id
+) g ON true
 ORDER BY pc.partition_name
 """
-"""GET /status/queues/{q}: every partition of queue $1 with exact counters and
-queue mode's cursor accounting."""
+"""GET /status/queues/{q}: every partition of queue $1 with exact counters, its
+consumer groups' accounting summed (each group once), the newest cursor position
+among groups with something left to read, and the newest message time."""
 
 # -- depth --------------------------------------------------------------------------
 
@@ -447,6 +456,10 @@ ORDER BY failed_at DESC
 """
 """Dead-letter rows of message $1, newest first."""
 
+MOVE_TO_DLQ = "SELECT queen.move_to_dlq($1::uuid, $2, $3)"
+"""Dead-letter message ($1, $2) for queue mode with error $3 (see migration
+0003_ops_shapes.sql for the answers)."""
+
 DELETE_MESSAGE = """
 DELETE FROM queen.messages WHERE partition_id = $1 AND transaction_id = $2 RETURNING id
 """
@@ -498,19 +511,21 @@ TRACES_BY_NAME_COUNT = "SELECT count(*) " + _TRACES_BY_NAME_FILTER
 """How many trace events carry name $1 (created in [$2, $3])."""
 
 TRACES_BY_NAME = f"""
-SELECT {_TRACE_COLUMNS}, p.name AS partition, q.name AS queue
+SELECT {_TRACE_COLUMNS}, p.name AS partition, q.name AS queue, m.payload
 FROM queen.message_trace_names n
 JOIN queen.message_traces t ON t.id = n.trace_id
+LEFT JOIN queen.messages m ON m.id = t.message_id
 LEFT JOIN queen.partitions p ON p.id = t.partition_id
 LEFT JOIN queen.queues q ON q.id = p.queue_id
 WHERE n.trace_name = $1
   AND ($2::timestamptz IS NULL OR t.created_at >= $2)
   AND ($3::timestamptz IS NULL OR t.created_at <= $3)
-ORDER BY t.created_at DESC, t.id
+ORDER BY t.created_at, t.id
 LIMIT $4 OFFSET $5
 """
-"""One page of the trace events carrying name $1 (created in [$2, $3]), newest
-first, with their queue and partition."""
+"""One page of the trace events carrying name $1 (created in [$2, $3]), oldest
+first, with their queue, partition and the message's stored payload (an
+encrypted queue's envelope stays encrypted)."""
 
 TRACE_NAMES = """
 SELECT n.trace_name, count(*) AS trace_count, count(DISTINCT t.message_id) AS message_count,
@@ -572,13 +587,6 @@ PROCESSED_COUNTERS = ["messages.acked_completed", "messages.acked_success", "mes
 """worker_metrics counters (flattened telemetry, actors/leader_jobs.py) that
 count processed messages: acks that completed or dead-lettered a message."""
 
-INGESTED_LAST_MINUTE = """
-SELECT count(*) FROM queen.partitions p
-JOIN queen.messages m ON m.partition_id = p.id AND m.created_at > now() - interval '60 seconds'
-WHERE p.last_message_at > now() - interval '60 seconds'
-"""
-"""Messages pushed cluster-wide in the last 60 seconds (partitions written to
-recently only, then the (partition_id, created_at) index)."""
 
 LEASES = f"""
 SELECT count(*) AS active, count(DISTINCT l.partition_id) AS partitions,
@@ -633,110 +641,4 @@ SELECT count(*) FROM queen.log_consumers WHERE lease_id IS NOT NULL AND lease_ex
 """
 """Live (partition, group) leases, cluster-wide (on the partial lease index)."""
 
-LATEST_WORKERS = """
-SELECT DISTINCT ON (hostname, worker_id, pid)
-       hostname, worker_id, pid, bucket_time, counters, gauges, updated_at
-FROM queen.worker_metrics
-WHERE bucket_time >= $1 AND bucket_time <= $2
-ORDER BY hostname, worker_id, pid, bucket_time DESC
-"""
-"""The newest worker_metrics row of each worker within [$1, $2]."""
 
-SYSTEM_METRICS = """
-SELECT timestamp, hostname, port, worker_id, sample_count, metrics
-FROM queen.system_metrics
-WHERE timestamp >= $1 AND timestamp <= $2
-  AND ($3::text IS NULL OR hostname = $3) AND ($4::text IS NULL OR worker_id = $4)
-ORDER BY timestamp, hostname, port, worker_id
-LIMIT $5
-"""
-"""System metric samples in [$1, $2] (hostname $3, worker $4; NULL = any)."""
-
-WORKER_METRICS = """
-SELECT bucket_time, hostname, worker_id, pid, counters, gauges, updated_at
-FROM queen.worker_metrics
-WHERE bucket_time >= $1 AND bucket_time <= $2
-  AND ($3::text IS NULL OR hostname = $3) AND ($4::text IS NULL OR worker_id = $4)
-ORDER BY bucket_time, hostname, worker_id, pid
-LIMIT $5
-"""
-"""Worker metric buckets in [$1, $2] (hostname $3, worker $4; NULL = any)."""
-
-QUEUE_OPS_SERIES = f"""
-WITH pushed AS (
-    SELECT q.name AS queue, {bucket('m.created_at', '$2::integer')} AS ts, count(*) AS n
-    FROM queen.queues q
-    JOIN queen.partitions p ON p.queue_id = q.id
-    JOIN queen.messages m ON m.partition_id = p.id
-    WHERE ($1::text IS NULL OR q.name = $1) AND m.created_at >= $3 AND m.created_at <= $4
-    GROUP BY 1, 2
-), dead AS (
-    SELECT q.name AS queue, {bucket('d.failed_at', '$2::integer')} AS ts, count(*) AS n
-    FROM queen.dead_letter_queue d
-    JOIN queen.partitions p ON p.id = d.partition_id
-    JOIN queen.queues q ON q.id = p.queue_id
-    WHERE ($1::text IS NULL OR q.name = $1) AND d.failed_at >= $3 AND d.failed_at <= $4
-    GROUP BY 1, 2
-)
-SELECT coalesce(pu.queue, de.queue) AS queue, coalesce(pu.ts, de.ts) AS ts,
-       coalesce(pu.n, 0) AS pushed, coalesce(de.n, 0) AS dead_lettered
-FROM pushed pu FULL JOIN dead de ON de.queue = pu.queue AND de.ts = pu.ts
-ORDER BY 2, 1
-"""
-"""Per queue ($1, or all) and bucket ($2 minutes) in [$3, $4]: messages pushed
-and dead letters filed."""
-
-QUEUE_LAG_NOW = f"""
-SELECT q.name AS queue, l.consumer_group, count(*) AS partitions,
-       sum({after('p.id', 'p.last_seq', 'l.cursor_seq')})::bigint AS offset_lag,
-       coalesce(max(extract(epoch FROM now() - o.created_at)), 0)::float8 AS max_time_lag,
-       coalesce(avg(extract(epoch FROM now() - o.created_at)), 0)::float8 AS avg_time_lag
-FROM queen.log_consumers l
-JOIN queen.partitions p ON p.id = l.partition_id
-JOIN queen.queues q ON q.id = p.queue_id
-LEFT JOIN LATERAL (
-    SELECT m.created_at FROM queen.messages m
-    WHERE m.partition_id = p.id AND m.seq > l.cursor_seq ORDER BY m.seq LIMIT 1
-) o ON true
-WHERE ($1::text IS NULL OR q.name = $1)
-GROUP BY q.name, l.consumer_group
-ORDER BY q.name, l.consumer_group
-"""
-"""Current lag per (queue, group): positions after the cursors and the age of
-the oldest unconsumed message (max and average over partitions)."""
-
-RETENTION_HISTORY = """
-SELECT executed_at, queue_name, partition_name, partition_id, messages_deleted, retention_type
-FROM queen.retention_history
-WHERE executed_at >= $1 AND executed_at <= $2 AND ($3::text IS NULL OR queue_name = $3)
-ORDER BY executed_at, id
-LIMIT $4
-"""
-"""Retention sweep results in [$1, $2] (queue $3, or all)."""
-
-POSTGRES_DATABASE = """
-SELECT current_database() AS name, version() AS version,
-       pg_database_size(current_database()) AS size_bytes,
-       d.numbackends, d.xact_commit, d.xact_rollback, d.blks_read, d.blks_hit,
-       d.tup_returned, d.tup_fetched, d.tup_inserted, d.tup_updated, d.tup_deleted,
-       d.deadlocks, d.temp_bytes
-FROM pg_stat_database d WHERE d.datname = current_database()
-"""
-"""Size and activity counters of the broker's database."""
-
-POSTGRES_CONNECTIONS = """
-SELECT coalesce(state, 'unknown') AS state, count(*) AS n,
-       count(*) FILTER (WHERE wait_event_type = 'Lock') AS waiting_on_locks
-FROM pg_stat_activity WHERE datname = current_database()
-GROUP BY 1 ORDER BY 1
-"""
-"""Sessions on the broker's database by state."""
-
-POSTGRES_TABLES = """
-SELECT s.relname AS name, s.n_live_tup, s.n_dead_tup, s.seq_scan, s.idx_scan,
-       s.n_tup_ins, s.n_tup_upd, s.n_tup_del, s.last_autovacuum, s.last_autoanalyze,
-       pg_total_relation_size(s.relid) AS size_bytes
-FROM pg_stat_user_tables s WHERE s.schemaname = 'queen'
-ORDER BY pg_total_relation_size(s.relid) DESC
-"""
-"""Tables of the queen schema: size, tuples, scans, vacuum times."""

@@ -32,7 +32,11 @@ def test_generated_requests_find_no_5xx_and_no_answer_outside_the_document(
              f"{broker.url}/openapi.json", "--checks", CHECKS,
              "--max-examples", str(EXAMPLES_PER_OPERATION), "--seed", seed,
              "--phases", "coverage,fuzzing", "--workers", "2", "--request-timeout", "10",
-             "--no-color"],
+             "--no-color",
+             # Generated bodies would have the broker connect to whatever host they name,
+             # and this machine may reach loopback only; tests/integration/test_migration*
+             # drive those routes against a second local PostgreSQL.
+             "--exclude-path-regex", "^/api/v1/migration/"],
             # run in tmp_path: schemathesis keeps a cache folder where it runs
             cwd=tmp_path, capture_output=True, text=True, timeout=240,
             env={**os.environ, "SCHEMATHESIS_HOOKS": "tests.integration.schemathesis_hooks",

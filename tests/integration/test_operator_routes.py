@@ -449,23 +449,23 @@ def test_traces_round_trip(http, queue_name):
     body = ok(http.get(f"/api/v1/traces/{msg['partitionId']}/{msg['transactionId']}"))
     assert [t["data"] for t in body["traces"]] == [{"text": "picked"}, {"text": "packed"}]
     first, second = body["traces"]
-    assert first["traceNames"] == sorted([name, shared]) and first["eventType"] == "step"
-    assert first["consumerGroup"] == QUEUE_MODE and first["id"] == r["traceId"]
-    assert second["traceNames"] == [shared] and second["eventType"] == "info"
-    assert second["consumerGroup"] == "grp"
+    assert first["trace_names"] == sorted([name, shared]) and first["event_type"] == "step"
+    assert first["consumer_group"] == QUEUE_MODE and first["id"] == r["traceId"]
+    assert second["trace_names"] == [shared] and second["event_type"] == "info"
+    assert second["consumer_group"] == "grp"
 
     by_name = ok(http.get(f"/api/v1/traces/by-name/{quote(name)}"))
     assert by_name["total"] == 1 and by_name["traces"][0]["data"] == {"text": "picked"}
-    assert by_name["traces"][0]["queue"] == queue_name
+    assert by_name["traces"][0]["queue_name"] == queue_name
     by_shared = ok(http.get(f"/api/v1/traces/by-name/{quote(shared)}",
                             params={"limit": 1, "offset": 1}))
     assert by_shared["total"] == 2 and len(by_shared["traces"]) == 1
-    assert by_shared["traces"][0]["data"] == {"text": "picked"}   # newest first
+    assert by_shared["traces"][0]["data"] == {"text": "packed"}   # oldest first
 
     names = ok(http.get("/api/v1/traces/names", params={"search": queue_name}))
-    got = {n["traceName"]: n for n in names["names"]}
+    got = {n["trace_name"]: n for n in names["trace_names"]}
     assert set(got) == {name, shared}
-    assert got[shared]["traceCount"] == 2 and got[shared]["messageCount"] == 1
+    assert got[shared]["trace_count"] == 2 and got[shared]["message_count"] == 1
     assert ok(http.get("/api/v1/traces/names", params={"limit": 1}))["pagination"]["limit"] == 1
 
     missing = http.post("/api/v1/traces", json={
@@ -489,21 +489,29 @@ def test_traces_round_trip(http, queue_name):
 
 # -- status and analytics ---------------------------------------------------
 
+def flush_metrics(http):
+    """The collector writes its rows now (instead of at METRICS_FLUSH_MS)."""
+    r = ok(http.post("/api/v1/system/jobs/metrics/run"))
+    assert r.get("skipped") is False and "error" not in r, r
+
+
 def test_status_routes(http, database, queue_name):
     s = scenario(http, queue_name)
+    flush_metrics(http)
     body = ok(http.get("/api/v1/status", params={"queue": queue_name}))
     for key in ("timeRange", "bucketMinutes", "pointCount", "throughput", "queues", "messages",
                 "leases", "deadLetterQueue", "workers", "errors", "statsAge"):
         assert key in body
     assert body["pointCount"] == len(body["throughput"]) > 0
+    # measured by the collector: the queue's 5 pushed messages, 4 acks (2 + 1 dlq + ga's 3
+    # ... counted per ack request row: queue mode 2 completed + 1 dlq, ga 3 completed)
     assert sum(p["ingested"] for p in body["throughput"]) == 5
-    assert body["queues"] == 1
-    assert body["leases"]["active"] == 2 and body["leases"]["partitionsLocked"] == 2
+    assert sum(p["processed"] for p in body["throughput"]) == 6
+    assert sum(p["ackFailed"] for p in body["throughput"]) == 1
+    assert sum(p["popMessages"] for p in body["throughput"]) == 2 + 1 + 1 + 3 + 2
+    assert body["leases"]["active"] >= 2 and body["leases"]["partitionsWithLeases"] >= 2
     assert body["deadLetterQueue"]["totalMessages"] == 1
     assert body["deadLetterQueue"]["topErrors"] == [{"error": "boom", "count": 1}]
-    if stats_empty(body):
-        assert body["messages"]["total"] == 5 and body["messages"]["pending"] == 0
-        assert body["messages"]["processing"] == 2 and body["messages"]["completed"] == 2
     assert http.get("/api/v1/status", params={"from": "x"}).status_code == 400
 
     body = ok(http.get("/api/v1/status/queues", params={"namespace": s["ns"]}))
@@ -517,8 +525,10 @@ def test_status_routes(http, database, queue_name):
     assert set(body["queue"]["config"]) >= {"leaseTime", "retryLimit", "retryDelay", "ttl",
                                             "maxQueueSize", "deadLetterQueue"}
     assert body["totals"]["total"] == 5 and body["totals"]["deadLetter"] == 1
+    assert body["totals"]["messages"]["total"] == 5
     parts = {p["name"]: p for p in body["partitions"]}
-    assert parts["p1"]["cursor"]["totalConsumed"] == 2
+    # each group once: queue mode consumed 2 of p1, ga 3
+    assert parts["p1"]["cursor"]["totalConsumed"] == 5
     assert set(parts["p1"]["cursor"]) >= {"totalConsumed", "batchesConsumed", "lastActivity"}
     assert http.get(f"/api/v1/status/queues/{queue_name}-missing").status_code == 404
 
@@ -531,56 +541,60 @@ def test_status_routes(http, database, queue_name):
     a = ok(http.get("/api/v1/status/analytics", params={"queue": queue_name,
                                                         "interval": "minute"}))
     assert a["interval"] == "minute" and a["totals"]["ingested"] == 5
+    assert sum(p["messages"] for p in a["dataPoints"]) == 5
     assert a["totals"]["deadLettered"] == 1 and len(a["timestamps"]) == len(a["dataPoints"])
     assert http.get("/api/v1/status/analytics", params={"interval": "fortnight"}).status_code == 400
     assert ok(http.get("/api/v1/status/analytics"))["interval"] == "hour"
 
     ops_ = ok(http.get("/api/v1/analytics/queue-ops", params={"queue": queue_name}))
-    assert sum(p["pushed"] for p in ops_["series"]) == 5
-    assert sum(p["deadLettered"] for p in ops_["series"]) == 1
+    assert sum(p["pushMessages"] for p in ops_["series"]) == 5
+    assert sum(p["partitionsCreated"] for p in ops_["series"]) == 3   # Default, p1, p2
+    assert ops_["queues"] == [queue_name]
     lag = ok(http.get("/api/v1/analytics/queue-lag", params={"queue": queue_name}))
-    by_group = {p["consumerGroup"]: p for p in lag["series"]}
-    assert by_group[QUEUE_MODE]["offsetLag"] == 2 and by_group[s["gb"]]["offsetLag"] == 2
+    assert sum(r["popCount"] for r in lag) == 9
 
     buffers = ok(http.get("/api/v1/status/buffers"))
     assert {"pendingCount", "failedCount", "dbHealthy"} <= set(buffers["fileBuffer"])
+    assert buffers["dbHealthy"] is True and buffers["pending"] == 0
     pg = ok(http.get("/api/v1/analytics/postgres-stats"))
-    assert "messages" in {t["name"] for t in pg["tables"]}
-    assert pg["connections"]["total"] >= 1 and pg["database"]["sizeBytes"] > 0
-    parked = ok(http.get("/api/v1/analytics/queue-parked-replicas"))
-    assert parked["replicas"][0]["parked"] >= 0
+    assert "messages" in {t["table"] for t in pg["tableSizes"]}
+    assert pg["database"] and pg["databaseCache"]["database"] == pg["database"]
 
 
 def test_metric_tables_are_read_with_filters(http, database, queue_name):
     host = f"host-{queue_name}"
     now = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
+    leaf = '{"cpu": {"user_us": {"avg": 500, "min": 400, "max": 600, "last": 550}}}'
     db_fetch(database, "INSERT INTO queen.system_metrics (timestamp, hostname, port, worker_id, "
-                       "metrics) VALUES ($1, $2, 1, 'w1', '{\"cpu\": 5}'), "
-                       "($1 - interval '3 hours', $2, 1, 'w1', '{\"cpu\": 9}')", now, host)
+                       "sample_count, metrics) VALUES ($1, $2, 1, 'w1', 60, $3::jsonb), "
+                       "($1 - interval '3 hours', $2, 1, 'w1', 60, $3::jsonb)", now, host, leaf)
     db_fetch(database, "INSERT INTO queen.worker_metrics (bucket_time, hostname, worker_id, pid, "
-                       "counters) VALUES ($1, $2, 'w1', 7, '{\"messages.acked_completed\": 4, \"messages.popped\": 9}')", now, host)
+                       "counters) VALUES ($1, $2, 'w1', 7, '{\"ops.ack_success\": 4, "
+                       "\"ops.pop_messages\": 9}')", now, host)
     db_fetch(database, "INSERT INTO queen.retention_history (queue_name, partition_name, "
                        "messages_deleted, retention_type) VALUES ($1, 'p', 3, 'retention')",
              queue_name)
     try:
         sm = ok(http.get("/api/v1/analytics/system-metrics", params={"hostname": host}))
-        assert [p["metrics"] for p in sm["series"]] == [{"cpu": 5}]     # last hour only
+        assert sm["replicaCount"] == 1 and sm["pointCount"] == 1              # last hour only
+        point = sm["replicas"][0]["timeSeries"][0]
+        assert point["metrics"]["cpu"]["user_us"] == {"avg": 500, "min": 400, "max": 600,
+                                                      "last": 550}
         sm = ok(http.get("/api/v1/analytics/system-metrics", params={
             "hostname": host, "from": (now - dt.timedelta(hours=4)).isoformat()}))
-        assert len(sm["series"]) == 2
+        assert sm["pointCount"] == 2
         wm = ok(http.get("/api/v1/analytics/worker-metrics", params={"hostname": host,
-                                                                     "workerId": "w1"}))
-        assert [p["counters"] for p in wm["series"]] == [{"messages.acked_completed": 4,
-                                                          "messages.popped": 9}]
-        assert wm["series"][0]["pid"] == 7
+                                                                     "workerId": "7"}))
+        assert [(p["ackSuccess"], p["popMessages"]) for p in wm["timeSeries"]] == [(4, 9)]
         ret = ok(http.get("/api/v1/analytics/retention", params={"queue": queue_name}))
-        assert ret["totals"] == {"retention": 3}
-        assert ret["series"][0]["messagesDeleted"] == 3
+        assert ret["totals"]["retentionMsgs"] == 3 and ret["totals"]["eventCount"] == 1
+        assert ret["series"][0]["retentionMsgs"] == 3
         st = ok(http.get("/api/v1/status"))
-        assert any(w["hostname"] == host for w in st["workers"])
         assert sum(p["processed"] for p in st["throughput"]) >= 4
         assert http.get("/api/v1/analytics/system-metrics",
                         params={"to": "bad"}).status_code == 400
+        assert http.get("/api/v1/analytics/worker-metrics",
+                        params={"workerId": "w1"}).status_code == 400
     finally:
         db_fetch(database, "DELETE FROM queen.system_metrics WHERE hostname = $1", host)
         db_fetch(database, "DELETE FROM queen.worker_metrics WHERE hostname = $1", host)

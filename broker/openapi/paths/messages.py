@@ -72,4 +72,10 @@ OPERATIONS = [
        ok=obj({"retried": BOOL, "transactionId": STR, "consumerGroup": NSTR,
                "consumerGroups": arr(NSTR), "newTransactionId": STR, "messageId": STR},
               ["retried", "newTransactionId"])),
+    op("POST", "/api/v1/messages/<partition_id:str>/<transaction_id:str>/dlq", tag=TAG,
+       summary="Move a message to the dead-letter queue (queue mode)",
+       description="Only the oldest unread message of a partition, not leased right now.",
+       params=MESSAGE_KEY, errors=(404, 409),
+       ok=obj({"movedToDLQ": BOOL, "partitionId": STR, "transactionId": STR},
+              ["movedToDLQ"])),
 ]

@@ -21,10 +21,12 @@ from broker.openapi.builder import (
 
 TAG = "Traces"
 
-TRACE = obj({"id": STR, "messageId": STR, "partitionId": STR, "transactionId": STR,
-             "consumerGroup": STR, "eventType": STR, "traceNames": arr(STR), "data": ANY,
-             "workerId": STR, "createdAt": STR, "queue": STR, "partition": STR},
-            ["id", "transactionId", "eventType", "traceNames"])
+TRACE = obj({"id": STR, "message_id": STR, "partition_id": STR, "transaction_id": STR,
+             "consumer_group": STR, "event_type": STR, "trace_names": arr(STR), "data": ANY,
+             "worker_id": STR, "created_at": STR, "queue_name": STR, "partition_name": STR,
+             "message_payload": ANY},
+            ["id", "transaction_id", "event_type", "trace_names", "created_at"])
+"""A trace event: snake_case, as Queen's own tools read it."""
 
 BY_NAME = obj({"traceName": STR, "traces": arr(TRACE), "total": INT, "pagination": MAP},
               ["traceName", "traces", "total"])
@@ -44,8 +46,9 @@ OPERATIONS = [
     op("GET", "/api/v1/traces/names", tag=TAG, summary="Trace names with their counts",
        params=(query("search", "Only names containing this"),
                q_int("limit", "Page size (1-1000)", 50), q_int("offset", "Rows to skip", 0)),
-       ok=obj({"names": arr(obj({"traceName": STR, "traceCount": INT, "messageCount": INT})),
-               "total": NINT, "pagination": MAP}, ["names"])),
+       ok=obj({"trace_names": arr(obj({"trace_name": STR, "trace_count": INT,
+                                       "message_count": INT, "last_seen": STR})),
+               "total": NINT, "pagination": MAP}, ["trace_names"])),
     op("GET", "/api/v1/traces/by-name/<name:str>", tag=TAG, summary="Traces carrying a name",
        description="A name containing `/` may be sent unencoded.",
        params=(path("name", "Trace name"), *BY_NAME_PARAMS), ok=BY_NAME),

@@ -3,6 +3,7 @@ analytics, statistics jobs and metrics (api.md §10–§15)."""
 from __future__ import annotations
 
 from broker.routes.ops import (
+                               analytics,
                                consumer_groups,
                                message_admin,
                                metrics,
@@ -13,4 +14,4 @@ from broker.routes.ops import (
 )
 
 blueprints: list = [stats.bp, resources.bp, consumer_groups.bp, message_admin.bp, traces.bp,
-                    status.bp, metrics.bp]
+                    status.bp, analytics.bp, metrics.bp]

@@ -37,15 +37,6 @@ def time_range(a: Mapping[str, str], default: dt.timedelta = dt.timedelta(hours=
     return since, until
 
 
-def bucket_minutes(since: dt.datetime, until: dt.datetime) -> int:
-    """Bucket width for a time series over [since, until]: about 60–300 points."""
-    span = (until - since).total_seconds() / 60
-    for minutes in (1, 5, 15, 60, 360, 1440):
-        if span / minutes <= 300:
-            return minutes
-    return 10080
-
-
 INTERVALS = {"minute": 1, "hour": 60, "day": 1440}
 
 
@@ -91,15 +82,6 @@ def plain(value: Any) -> Any:
     if hasattr(value, "items") and hasattr(value, "keys"):  # asyncpg.Record
         return {k: plain(v) for k, v in value.items()}
     return value
-
-
-def camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p.capitalize() for p in rest)
-
-
-def camel_row(row: Any) -> dict:
-    return {camel(k): plain(v) for k, v in row.items()}
 
 
 class RateMeter:

@@ -110,3 +110,26 @@ async def delete_message(request: Request, partition_id: str, transaction_id: st
     if not deleted:
         body["error"] = "Message not found"
     return json(body, status=200 if deleted else 404)
+
+
+MOVE_REFUSED = {
+    "not_found": (404, "Message not found"),
+    "consumed": (409, "Message already consumed in queue mode (or already dead-lettered)"),
+    "leased": (409, "Message is leased to a consumer right now"),
+    "not_next": (409, "Only the oldest unread message of a partition can be moved to the DLQ "
+                      "(queue mode reads a partition in order)"),
+}
+
+
+@bp.post("/api/v1/messages/<partition_id:str>/<transaction_id:str>/dlq", unquote=True)
+async def move_to_dlq(request: Request, partition_id: str, transaction_id: str):
+    """Dead-letter a message for queue mode (no body needed)."""
+    path_uuid(partition_id, "partitionId")
+    outcome = await ops.move_to_dlq(request.app.ctx.store, partition_id, transaction_id,
+                                    "Manually moved to DLQ")
+    if outcome == "moved":
+        return json({"movedToDLQ": True, "partitionId": partition_id,
+                     "transactionId": transaction_id})
+    status, message = MOVE_REFUSED[outcome]
+    return json({"movedToDLQ": False, "error": message, "partitionId": partition_id,
+                 "transactionId": transaction_id}, status=status)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from sanic import Blueprint, Request
 
 from broker.http import args, error, json
-from broker.routes.ops.common import now_utc, processed_rate, processed_total
-from broker.store import ops
+from broker.routes.ops.common import now_utc
+from broker.store import analytics, ops
 from broker.wire import MAX_NAME, BadRequest, iso_milli, q_int, q_str
 
 bp = Blueprint("ops_resources")
@@ -39,15 +39,22 @@ async def tasks(request: Request):
 
 @bp.get("/api/v1/resources/overview")
 async def overview(request: Request):
-    o = await ops.overview(request.app.ctx.store)
+    store = request.app.ctx.store
+    o = await ops.overview(store)
+    recent, max_lag_ms = await analytics.overview_rates(store)
     catalog, totals = o["catalog"], o["totals"]
+    # pop lag of the last 5 minutes (the collector's rows), in whole seconds
+    lag_time = {**o["lag"]["time"],
+                "avg": round(recent["lag_sum_ms"] / recent["lag_count"] / 1000)
+                if recent["lag_count"] else 0,
+                "max": int(max_lag_ms / 1000)}
     return json({
         "queues": catalog["queues"], "partitions": catalog["partitions"],
         "namespaces": catalog["namespaces"], "tasks": catalog["tasks"],
         "messages": _messages(totals),
-        "lag": o["lag"],
-        "throughput": {"ingestedPerSecond": round(o["ingestedLastMinute"] / 60, 3),
-                       "processedPerSecond": processed_rate.rate(processed_total())},
+        "lag": {"time": lag_time, "offset": o["lag"]["offset"]},
+        "throughput": {"ingestedPerSecond": round(recent["pushed"] / 300, 2),
+                       "processedPerSecond": round(recent["acked"] / 300, 2)},
         "timestamp": iso_milli(now_utc()),
         "statsAge": o["statsAge"],
     })

