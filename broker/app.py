@@ -13,6 +13,7 @@ from actors.batcher import Batcher
 from actors.hints import Hints
 from actors.hotlist import HotListActor
 from actors.leader_jobs import start_jobs
+from actors.live_series import LiveSeries
 from actors.mesh import Mesh, MeshTLS
 from actors.pop_waiters import PopWaiterRegistry
 from actors.reconciler import CacheReconciler, MaintenanceFlags, QueueConfigCache
@@ -22,10 +23,11 @@ from broker.auth import Authenticator
 from broker.config import Settings
 from broker.crypto import PayloadCipher
 from broker.http import CORS_HEADERS, error
-from broker.routes import ack, admin, ops, pop, push, quarantine, system
+from broker.routes import ack, admin, dashboard, ops, pop, push, quarantine, system
 from broker.service import push as push_service
 from broker.service.context import BrokerContext
 from broker.service.gauges import gauges
+from broker.store import browse as browse_store
 from broker.store.db import (
     PartitionHeld,
     Store,
@@ -82,7 +84,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
     app.config.NOISY_EXCEPTIONS = False
     app.config.ACCESS_LOG = False
 
-    for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp,
+    for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp, dashboard.bp,
                       *ops.blueprints):
         if blueprint is not pop.bp:
             answer_head_like_get(blueprint)
@@ -171,6 +173,9 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             store.ack, max_items=settings.ack_max_batch_items,
             max_concurrent=settings.ack_max_concurrent, name="ack",
             retry_alone=lambda exc: not fails_every_request(exc)).proxy()
+        app.ctx.live = LiveSeries.start(
+            telemetry.throughput_totals, lambda: browse_store.depths(store),
+            depth_interval_s=settings.dashboard_depth_interval_ms / 1000).proxy()
         app.ctx.jobs = await start_jobs(store=store, settings=settings, telemetry=telemetry,
                                         gauges=lambda: gauges(app.ctx))
         logger.info("broker {} serving on http://{}:{}", settings.queen_server_id,

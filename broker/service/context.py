@@ -43,3 +43,4 @@ class BrokerContext:
     push_batcher: Any = None     # Batcher proxy folding pushes
     ack_batcher: Any = None      # Batcher proxy folding acks
     jobs: Any = None             # leader jobs (retention, stats, metrics)
+    live: Any = None             # LiveSeries proxy: per-second throughput, depth history

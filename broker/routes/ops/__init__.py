@@ -3,7 +3,9 @@ analytics, statistics jobs and metrics (api.md §10–§15)."""
 from __future__ import annotations
 
 from broker.routes.ops import (
+                               browse,
                                consumer_groups,
+                               live,
                                message_admin,
                                metrics,
                                resources,
@@ -13,4 +15,4 @@ from broker.routes.ops import (
 )
 
 blueprints: list = [stats.bp, resources.bp, consumer_groups.bp, message_admin.bp, traces.bp,
-                    status.bp, metrics.bp]
+                    status.bp, metrics.bp, live.bp, browse.bp]
