@@ -76,11 +76,11 @@ export function confirmAction(text) {
 }
 
 // A line chart: xs are Unix seconds, series = [{label, values, stroke}].
-export function lineChart(container, xs, series, { height = 240 } = {}) {
+export function lineChart(container, xs, series, { height = 240, points = false } = {}) {
   const width = Math.max(320, container.clientWidth || 800);
   const opts = {
     width, height,
-    series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.stroke, width: 2, points: { show: false } }))],
+    series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.stroke, width: 2, points: { show: points } }))],
     axes: [{}, { size: 60 }],
     scales: { x: { time: true } },
     legend: { live: true },

@@ -76,10 +76,14 @@ export async function render(root, [name]) {
   async function loadDepth() {
     try {
       const d = await api(`/api/v1/live/queues/${enc(name)}/depth`);
-      depthNote.textContent = `Pending messages, sampled every ${d.intervalSeconds} s from the stats job's counts (kept in this broker's memory).`;
-      const data = [d.t, d.pending];
-      if (chart) chart.setData(data);
-      else chart = lineChart(depthBox, d.t, [{ label: "pending", values: d.pending, stroke: "#2f6fdf" }], { height: 200 });
+      // samples taken before the stats job first counted the queue carry null: left out
+      const first = d.pending.findIndex((v) => v !== null);
+      const t = first < 0 ? [] : d.t.slice(first);
+      const pending = first < 0 ? [] : d.pending.slice(first);
+      depthNote.textContent = `Pending messages, sampled every ${d.intervalSeconds} s from the stats job's counts (kept in this broker's memory)` +
+        (pending.length ? `; now ${fmt.n(pending[pending.length - 1])}.` : "; no sample of this queue yet.");
+      if (chart) chart.setData([t, pending]);
+      else if (pending.length) chart = lineChart(depthBox, t, [{ label: "pending", values: pending, stroke: "#2f6fdf" }], { height: 200, points: true });
     } catch (err) { fill(depthBox, errorBox(err)); }
   }
 
