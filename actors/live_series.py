@@ -35,8 +35,13 @@ class LiveSeries(AsyncioActor):
         self._depth_interval = depth_interval_s
         # (second, pushed, popped, acked); the second is a Unix time in whole seconds
         self.throughput: deque[tuple[int, int, int, int]] = deque(maxlen=THROUGHPUT_SECONDS)
-        # (Unix time, {queue: pending})
-        self.depth: deque[tuple[float, dict[str, int]]] = deque(maxlen=DEPTH_POINTS)
+        # (Unix time, {queue: pending or None (gone)} of the queues whose figure changed
+        # since the sample before): with 1,000 mostly idle queues a sample costs only
+        # what moved. _base holds the figures as of just before the oldest kept sample,
+        # _current those of the newest.
+        self.depth: deque[tuple[float, dict[str, int | None]]] = deque()
+        self._base: dict[str, int] = {}
+        self._current: dict[str, int] = {}
         self._last: dict[str, int] | None = None
         self._tasks: list[asyncio.Task] = []
         self.depth_failures = 0
@@ -80,7 +85,17 @@ class LiveSeries(AsyncioActor):
             self.depth_failures += 1
             logger.debug("depth sample failed: {}", exc)
             return
-        self.depth.append((time.time(), depths))
+        self.record_depths(time.time(), depths)
+
+    def record_depths(self, now: float, depths: dict[str, int]) -> None:
+        changes: dict[str, int | None] = {q: v for q, v in depths.items()
+                                          if self._current.get(q) != v}
+        changes.update(dict.fromkeys(self._current.keys() - depths.keys()))
+        if len(self.depth) >= DEPTH_POINTS:
+            _, oldest = self.depth.popleft()
+            _apply(self._base, oldest)
+        self.depth.append((now, changes))
+        _apply(self._current, changes)
 
     async def _depth_loop(self) -> None:
         while True:
@@ -99,9 +114,23 @@ class LiveSeries(AsyncioActor):
     def depth_series(self, queue: str) -> list[tuple[float, int | None]]:
         """(time, pending) of ``queue`` per sample, oldest first; None where the stats job
         had not counted the queue yet."""
-        return [(t, d.get(queue)) for t, d in self.depth]
+        value = self._base.get(queue)
+        out = []
+        for t, changes in self.depth:
+            if queue in changes:
+                value = changes[queue]
+            out.append((t, value))
+        return out
 
     def stats(self) -> dict[str, Any]:
         return {"throughputPoints": len(self.throughput), "depthSamples": len(self.depth),
                 "depthIntervalSeconds": self._depth_interval,
                 "depthFailures": self.depth_failures}
+
+
+def _apply(figures: dict[str, int], changes: dict[str, int | None]) -> None:
+    for queue, value in changes.items():
+        if value is None:
+            figures.pop(queue, None)
+        else:
+            figures[queue] = value

@@ -36,11 +36,7 @@ import asyncpg  # noqa: E402
 import httpx  # noqa: E402
 
 from _harness import Broker, Database, start_database  # noqa: E402
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+from tests.browser.chromium import launch  # noqa: E402
 
 
 def scratch(server: Database) -> tuple[Database, str]:
@@ -137,7 +133,7 @@ def time_pages(url: str, queues: int, partitions: int, queue: str, runs: int) ->
     }
     results = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(p)
         try:
             for label, (path, condition) in checks.items():
                 times = []

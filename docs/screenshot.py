@@ -20,9 +20,8 @@ sys.path.insert(0, str(HERE.parent))
 import httpx  # noqa: E402
 
 from _harness import Broker, start_database  # noqa: E402
+from tests.browser.chromium import launch  # noqa: E402
 
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SECONDS = 60
 
 
@@ -64,7 +63,7 @@ def main() -> None:
             w.start()
         time.sleep(SECONDS)
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+            browser = launch(p)
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
             page.goto(broker.url + "/")
             page.wait_for_selector("#throughput-chart canvas")

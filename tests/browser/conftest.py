@@ -9,18 +9,14 @@ fixture fails the test if there was any. Screenshots go to ``test-artifacts/dash
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.browser.chromium import CHROMIUM, launch
 from tests.conftest import ROOT, Database, start_broker
 
-CHROMIUM = os.environ.get("QUEEN_TEST_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
 SECRET = "dashboard-test-secret-0123456789abcdef"
 
@@ -88,7 +84,7 @@ def chromium():
                     "(apt-get install chromium; .ci/run does it)")
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(p)
         try:
             yield browser
         finally:

@@ -224,10 +224,18 @@ def test_browse_a_partition_from_a_position_and_open_a_message(dash, page):
     rows = page.locator("#message-list tbody tr")
     wait_until(lambda: rows.count() == 3, 10, "positions 4, 5 and 6")
     assert [rows.nth(i).locator("td").first.inner_text() for i in range(3)] == ["4", "5", "6"]
+    fourth = httpx.get(f"{dash.url}/api/v1/browse/queues/{q}/partitions/Default/messages",
+                       params={"fromPosition": 4, "limit": 1}).json()["messages"][0]
+    r = httpx.post(dash.url + "/api/v1/traces", json={
+        "transactionId": fourth["transactionId"], "partitionId": fourth["partitionId"],
+        "eventType": "step", "data": {"text": "charged the card"}, "traceNames": ["order-77"]})
+    assert r.status_code in (200, 201), r.text
     rows.first.locator("a").click()
     page.wait_for_selector("#message-payload")
     assert '"i": 3' in page.locator("#message-payload").inner_text()
     assert page.locator("#message-status").inner_text() == "pending"
+    trace = page.locator("#message-trace")
+    assert "charged the card" in trace.inner_text() and "order-77" in trace.inner_text()
 
 
 # -- maintenance ------------------------------------------------------------------------------

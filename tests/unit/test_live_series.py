@@ -47,3 +47,19 @@ async def test_depth_history_per_queue_and_a_failed_read_is_a_gap():
     down = make({"pushed": 0, "popped": 0, "acked": 0}, None)
     await down.sample_depth()
     assert down.depth_series("a") == [] and down.depth_failures == 1
+
+
+def test_depth_history_keeps_its_figures_when_old_samples_fall_off():
+    """Samples store only what changed; the figures stay right once the sample that
+    carried a queue's last change has been dropped."""
+    from actors.live_series import DEPTH_POINTS
+    s = make({"pushed": 0, "popped": 0, "acked": 0}, {})
+    s.record_depths(0.0, {"idle": 5, "busy": 0, "gone": 1})
+    for i in range(1, DEPTH_POINTS + 10):
+        s.record_depths(float(i), {"idle": 5, "busy": i})
+    assert len(s.depth) == DEPTH_POINTS
+    assert {v for _, v in s.depth_series("idle")} == {5}
+    assert [v for _, v in s.depth_series("busy")][-3:] == [DEPTH_POINTS + 7, DEPTH_POINTS + 8,
+                                                            DEPTH_POINTS + 9]
+    assert {v for _, v in s.depth_series("gone")} == {None}
+    assert all(len(changes) <= 1 for _, changes in list(s.depth)[1:]), "only changes are kept"

@@ -29,13 +29,13 @@ async function detail(root, partitionId, transactionId) {
       { label: "Lease until", value: (g) => fmt.time(g.leaseExpiresAt) },
     ], msg.consumerGroups || [], { empty: "No consumer group has a cursor here." }),
     h("h2", {}, "Trace"),
-    traces === null ? errorBox(t.reason) : table([
+    traces === null ? errorBox(t.reason) : h("div", { id: "message-trace" }, table([
       { label: "When", value: (e) => fmt.time(field(e, "created_at", "createdAt")) },
       { label: "Event", value: (e) => field(e, "event_type", "eventType") },
       { label: "Group", value: (e) => field(e, "consumer_group", "consumerGroup") },
       { label: "Names", value: (e) => (field(e, "trace_names", "traceNames") || []).join(", ") },
       { label: "Data", value: (e) => h("pre", {}, JSON.stringify(e.data)) },
-    ], traces, { empty: "No trace events recorded for this message." }));
+    ], traces, { empty: "No trace events recorded for this message." })));
   return null;
 }
 
