@@ -39,27 +39,20 @@ from _harness import Broker, Database, start_database  # noqa: E402
 from tests.browser.chromium import launch  # noqa: E402
 
 
+def admin(server: Database, statement: str) -> None:
+    async def run() -> None:
+        conn = await asyncpg.connect(server.dsn)
+        try:
+            await conn.execute(statement)
+        finally:
+            await conn.close()
+    asyncio.run(run())
+
+
 def scratch(server: Database) -> tuple[Database, str]:
     name = f"dash_bench_{uuid.uuid4().hex[:8]}"
-
-    async def run() -> None:
-        conn = await asyncpg.connect(server.dsn)
-        try:
-            await conn.execute(f'CREATE DATABASE "{name}"')
-        finally:
-            await conn.close()
-    asyncio.run(run())
+    admin(server, f'CREATE DATABASE "{name}"')
     return Database(server.host, server.port, server.user, server.password, name), name
-
-
-def drop(server: Database, name: str) -> None:
-    async def run() -> None:
-        conn = await asyncpg.connect(server.dsn)
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await conn.close()
-    asyncio.run(run())
 
 
 def load(url: str, queues: int, partitions: int) -> list[str]:
@@ -190,7 +183,7 @@ def main() -> int:
     finally:
         if broker is not None:
             broker.stop()
-        drop(server, name)
+        admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         server.stop()
 
 

@@ -58,7 +58,7 @@ async def group_lag_page(store: Store, group: str, queue: str, limit: int, offse
     """Group ``group``'s cursors on ``queue`` (falling behind first), how many, and the
     stored subscription that applies to the pair (None: none stored)."""
     async with store.connection() as conn:
-        rows = await conn.fetch(b.GROUP_LAG_PAGE, group, queue, limit, offset)
+        rows = await conn.fetch(b.GROUP_LAG_PAGE, group, queue, None, limit, offset)
         subs = await conn.fetch(ops_sql.SUBSCRIPTIONS, group)
         header = await conn.fetchrow(sql.QUEUE_BY_NAME, queue)
     sub = None

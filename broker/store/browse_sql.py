@@ -14,7 +14,7 @@ partitions exactly (broker/store/figures_sql.py), since a page holds at most 500
 from __future__ import annotations
 
 from broker.store.figures_sql import partition_figures
-from broker.store.ops_sql import after
+from broker.store.ops_sql import CURSOR_ROWS
 
 _SEARCH = "($1::text IS NULL OR strpos(lower({col}), lower($1)) > 0)"
 
@@ -98,27 +98,15 @@ behind first, page $2/$3. ``positions_behind`` is Σ (last_seq − cursor): exac
 messages inside that range were deleted (retention), an upper bound then."""
 
 GROUP_LAG_PAGE = f"""
-SELECT p.name AS partition_name, p.id AS partition_id, p.last_seq, l.cursor_seq,
-       {after('p.id', 'p.last_seq', 'l.cursor_seq')} AS offset_lag,
-       o.created_at AS oldest_unconsumed_at,
-       coalesce(extract(epoch FROM now() - o.created_at), 0)::float8 AS time_lag_seconds,
-       CASE WHEN l.lease_expires_at > now() THEN l.lease_expires_at END AS lease_until,
-       l.last_consumed_at, l.total_messages_consumed,
+SELECT c.*, CASE WHEN c.lease_active THEN c.lease_expires_at END AS lease_until,
        count(*) OVER () AS full_count
-FROM queen.log_consumers l
-JOIN queen.partitions p ON p.id = l.partition_id
-JOIN queen.queues q ON q.id = p.queue_id
-LEFT JOIN LATERAL (
-    SELECT m.created_at FROM queen.messages m
-    WHERE m.partition_id = p.id AND m.seq > l.cursor_seq
-    ORDER BY m.seq LIMIT 1
-) o ON true
-WHERE l.consumer_group = $1 AND q.name = $2
-ORDER BY time_lag_seconds DESC, offset_lag DESC, p.name
-LIMIT $3 OFFSET $4
+FROM ({CURSOR_ROWS}) c
+ORDER BY c.time_lag_seconds DESC, c.offset_lag DESC, c.partition_name
+LIMIT $4 OFFSET $5
 """
-"""Group $1's cursors on queue $2, the partitions falling behind first (oldest
-unconsumed message, then positions after the cursor), page $3/$4."""
+"""Group $1's cursors on queue $2 ($3 NULL: every one; the rows of ops_sql.CURSOR_ROWS),
+the partitions falling behind first (oldest unconsumed message, then positions after the
+cursor), page $4/$5."""
 
 DEPTHS = """
 SELECT stat_key AS queue, pending_messages AS pending

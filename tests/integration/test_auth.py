@@ -69,8 +69,11 @@ def auth(tok: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {tok}"}
 
 
-RO, RW, ADMIN = (token(role="read-only"), token(role="read-write", sub="writer-7"),
-                 token(role="admin", sub="root"))
+# Made at import, i.e. when pytest collects the whole suite: they must outlive the tests
+# that run before this module (a full run on a loaded machine takes well over 5 minutes).
+RO, RW, ADMIN = (token(role="read-only", exp_in=6 * 3600),
+                 token(role="read-write", sub="writer-7", exp_in=6 * 3600),
+                 token(role="admin", sub="root", exp_in=6 * 3600))
 
 
 def qname() -> str:

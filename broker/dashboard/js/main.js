@@ -35,11 +35,15 @@ async function route() {
     fill(root, h("p", { class: "muted" }, "Loading…"));
     const params = m.slice(1).map((p) => (p === undefined ? undefined : decodeURIComponent(p)));
     const result = await view.render(root, params, new URLSearchParams(query));
-    if (mine === generation) cleanup = result || null; else if (result) result();
+    if (mine === generation) { cleanup = result || null; rendered(raw); } else if (result) result();
     return;
   }
   fill(root, h("h1", {}, "Not found"), h("p", {}, h("a", { href: "#/" }, "Back to the overview")));
+  rendered(raw);
 }
+
+// Which route has finished its first render (a hook for tests and scripts waiting on the page).
+function rendered(raw) { document.documentElement.dataset.rendered = raw || "/"; }
 
 function askToken(message) {
   const dialog = document.getElementById("token-dialog");
