@@ -13,6 +13,7 @@ from actors.batcher import Batcher
 from actors.hints import Hints
 from actors.hotlist import HotListActor
 from actors.leader_jobs import start_jobs
+from actors.live_series import LiveSeries
 from actors.mesh import Mesh, MeshTLS
 from actors.pop_waiters import PopWaiterRegistry
 from actors.reconciler import CacheReconciler, MaintenanceFlags, QueueConfigCache
@@ -27,6 +28,7 @@ from broker.logs import Throttle, dropped_note
 from broker.routes import (
     ack,
     admin,
+    dashboard,
     docs,
     ephemeral,
     kv,
@@ -46,6 +48,7 @@ from broker.service import timers as timers_service
 from broker.service.context import BrokerContext
 from broker.service.gauges import gauges
 from broker.service.migration import Migration
+from broker.store import browse as browse_store
 from broker.store.db import (
     PartitionHeld,
     Store,
@@ -128,7 +131,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
 
     for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp, docs.bp,
                       streams.bp, reads.bp, kv.bp, locks.bp, timers.bp, migration.bp,
-                      ephemeral.bp, *ops.blueprints):
+                      ephemeral.bp, dashboard.bp, *ops.blueprints):
         if blueprint is not pop.bp:
             answer_head_like_get(blueprint)
         app.blueprint(blueprint)
@@ -225,6 +228,9 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         app.ctx.timer_sweeper = TimerSweeper.start(
             lambda: timers_service.deliver_due(app.ctx),
             batch=timers_service.SWEEP_BATCH).proxy()
+        app.ctx.live = LiveSeries.start(
+            telemetry.throughput_totals, lambda: browse_store.depths(store),
+            depth_interval_s=settings.dashboard_depth_interval_ms / 1000).proxy()
         app.ctx.jobs = await start_jobs(store=store, settings=settings, telemetry=telemetry,
                                         gauges=lambda: gauges(app.ctx))
         logger.info("broker {} serving on http://{}:{}", settings.queen_server_id,

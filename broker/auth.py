@@ -67,6 +67,10 @@ ROUTE_LEVELS: list[tuple[frozenset[str] | None, str, int]] = [
     (frozenset({"GET"}), r"/health", PUBLIC),
     (frozenset({"GET"}), r"/metrics(/prometheus)?", PUBLIC),
     (frozenset({"GET"}), r"/(openapi\.json|docs)", PUBLIC),  # the API reference
+    # the dashboard's static files hold no data; the page asks for a token for the API
+    (frozenset({"GET"}), r"/|/dashboard(/.*)?", PUBLIC),
+    # answers "who is this token" itself, also without one (the page asks before it has one)
+    (frozenset({"GET"}), r"/api/v1/auth/session", PUBLIC),
     # ADMIN
     (_ANY, r"/api/v1/system(/.*)?", ADMIN),
     (_ANY, r"/internal(/.*)?", ADMIN),
@@ -102,6 +106,7 @@ ROUTE_LEVELS: list[tuple[frozenset[str] | None, str, int]] = [
     (frozenset({"GET"}), r"/api/v1/(status|messages|consumer-groups)(/.*)?", READ_ONLY),
     (frozenset({"GET"}), r"/api/v1/dlq", READ_ONLY),
     (frozenset({"GET"}), r"/streams/v1/queries", READ_ONLY),
+    (frozenset({"GET"}), r"/api/v1/(live|browse)/.*", READ_ONLY),
 ]
 # Paths in no rule (unknown or future routes; they mostly answer 404 after the check):
 # reads need READ_ONLY, anything else READ_WRITE. A valid token is always required there.

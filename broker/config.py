@@ -379,6 +379,9 @@ VARIABLES: list[Variable] = [
        _int(1000)),
     _v("METRICS_FLUSH_MS", "60000", "ms", "How often metrics are written to the database (>= 1000).",
        _int(1000)),
+    _v("DASHBOARD_DEPTH_INTERVAL_MS", "15000", "ms",
+       "How often the dashboard's queue-depth history (kept in memory) reads queen.stats (>= 1000).",
+       _int(1000)),
     # Auth
     _v("JWT_ENABLED", "false", "bool", "Require a JWT bearer token on API requests.", _bool),
     _v("JWT_ALGORITHM", "HS256", "choice", "Token algorithm: HS256, RS256, EdDSA or auto.",
@@ -485,6 +488,7 @@ class Settings:
     metrics_retention_days: int
     stats_interval_ms: int
     metrics_flush_ms: int
+    dashboard_depth_interval_ms: int
     # Auth
     jwt_enabled: bool
     jwt_algorithm: str

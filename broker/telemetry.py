@@ -72,6 +72,14 @@ class Telemetry:
         if lags:
             self.lag_max_ms[queue] = max(self.lag_max_ms.get(queue, 0.0), max(lags))
 
+    def throughput_totals(self) -> dict[str, int]:
+        """Messages pushed (written or spooled), popped and acknowledged (any ack this
+        broker applied: completed, failed, retried or dead-lettered) since start."""
+        m = self.messages
+        return {"pushed": m.get("queued", 0) + m.get("buffered", 0),
+                "popped": m.get("popped", 0),
+                "acked": sum(v for k, v in m.items() if k.startswith("acked_")) + m.get("dlq", 0)}
+
     def snapshot(self) -> dict:
         return {"uptime_s": round(time.time() - self.started_at, 3),
                 "requests": dict(self.requests), "errors": dict(self.errors),

@@ -15,6 +15,7 @@ import broker
 from broker.openapi.builder import ANY, BOOL, ERROR, INT, NSTR, STR, Op, arr, obj
 from broker.openapi.paths import (
     consumer_groups,
+    dashboard,
     messages,
     messaging,
     migration,
@@ -27,7 +28,7 @@ from broker.openapi.paths import (
 )
 
 GROUPS = (messaging, queues, messages, consumer_groups, traces, status, system, streams,
-          state, migration)
+          state, migration, dashboard)
 
 COMPONENTS: dict[str, Any] = {
     "schemas": {

@@ -46,3 +46,4 @@ class BrokerContext:
     jobs: Any = None             # leader jobs (retention, stats, metrics)
     timer_sweeper: Any = None    # TimerSweeper proxy (delivers due timers)
     migration: Any = None        # service.migration.Migration: this process's copy state
+    live: Any = None             # LiveSeries proxy: per-second throughput, depth history

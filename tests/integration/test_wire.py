@@ -742,8 +742,8 @@ def test_options_preflight_is_204_without_body(http, path):
 
 
 def test_unknown_route_is_404_no_such_route(http):
-    """Unknown route → 404 {"error":"no_such_route"}."""
-    for path in ("/api/v1/nothing", "/", "/api/v2/push"):
+    """Unknown route → 404 {"error":"no_such_route"}. (``/`` is the dashboard's page.)"""
+    for path in ("/api/v1/nothing", "/nothing", "/api/v2/push"):
         r = http.get(path)
         assert r.status_code == 404
         assert r.json() == {"error": "no_such_route"}

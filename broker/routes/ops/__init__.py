@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from broker.routes.ops import (
                                analytics,
+                               browse,
                                consumer_groups,
+                               live,
                                message_admin,
                                metrics,
                                resources,
@@ -14,4 +16,4 @@ from broker.routes.ops import (
 )
 
 blueprints: list = [stats.bp, resources.bp, consumer_groups.bp, message_admin.bp, traces.bp,
-                    status.bp, analytics.bp, metrics.bp]
+                    status.bp, analytics.bp, metrics.bp, live.bp, browse.bp]
