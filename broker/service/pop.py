@@ -12,10 +12,14 @@ from loguru import logger
 
 from actors.hotlist import REQUEUE
 from actors.pop_waiters import long_poll
+from broker.logs import Throttle, dropped_note
 from broker.service.context import BrokerContext
 from broker.store.db import StoreUnavailable
 from broker.telemetry import telemetry
 from broker.wire import PopRequest, new_uuid7, pop_message
+
+# A parked pop re-checks every few hundred ms: during an outage, one line a minute per queue.
+_WAITING_LINES = Throttle(60.0)
 
 
 async def pop(ctx: BrokerContext, req: PopRequest) -> dict:
@@ -40,7 +44,10 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> dict:
             if not req.wait:
                 raise
             # A long poll rides out an outage: keep waiting, answer empty at the deadline.
-            logger.warning("pop on {}: database unavailable, still waiting", req.queue or "*")
+            dropped = _WAITING_LINES.allow(req.queue or "*")
+            if dropped is not None:
+                logger.warning("pop on {}: database unavailable, still waiting{}",
+                               req.queue or "*", dropped_note(dropped))
             return None
         messages = [r for r in rows if r["kind"] == "msg"]
         lease_ends = [time.monotonic() + r["verdict_secs"] for r in rows
