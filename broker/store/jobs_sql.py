@@ -537,8 +537,10 @@ FROM queen.stats s
 WHERE s.stat_type = 'queue'
   AND NOT EXISTS (SELECT 1 FROM queen.partition_events x
                   WHERE x.bucket_time = date_trunc('minute', now())
+                    AND x.queue_name = s.stat_key
                     AND x.partition_count IS NOT NULL)
 ON CONFLICT (bucket_time, queue_name) DO UPDATE SET partition_count = EXCLUDED.partition_count
 """
-"""Once a minute (the first stats cycle of the minute): every queue's partition
-count from its fresh stats row, as the minute's snapshot."""
+"""Once a minute per queue (the first stats cycle of the minute that has the queue's stats
+row): its partition count, as the minute's snapshot. Per queue, so that a queue created
+after the minute's first cycle still has a count for that minute."""
