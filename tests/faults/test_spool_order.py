@@ -153,11 +153,29 @@ async def test_a_killed_peer_holds_its_partitions_for_the_bounded_wait_only(
         os.kill(a.proc.pid, signal.SIGKILL)
         a.proc.wait(10)
         killed_at = time.monotonic()
+        conn = await asyncpg.connect(db.dsn)
+        try:  # a's last heartbeat: the bounded wait runs from it
+            last_beat = await conn.fetchval(
+                "SELECT seen_at FROM queen.spool_servers WHERE server_id LIKE 'kill-a-%'")
+        finally:
+            await conn.close()
+        assert last_beat is not None
         maintenance(b.url, False)
         rows = await wait_stored(db, queue_name, 3, timeout=30)
-        waited = time.monotonic() - killed_at
         assert [t for _, t in rows] == ["m1-b", "m3-b", "m5-b"]
-        assert waited >= 3.0  # b held back behind a's older pushes for the bounded wait
+        # b held back behind a's older pushes for the bounded wait, which runs from a's last
+        # heartbeat (before the kill, so not from killed_at): both times on PostgreSQL's clock.
+        conn = await asyncpg.connect(db.dsn)
+        try:
+            first_stored = await conn.fetchval(
+                "SELECT min(m.created_at) FROM queen.messages m "
+                "JOIN queen.partitions p ON p.id = m.partition_id "
+                "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1", queue_name)
+        finally:
+            await conn.close()
+        held_for = (first_stored - last_beat).total_seconds()
+        assert held_for >= 3.0, held_for
+        assert time.monotonic() - killed_at < 30
         assert httpx.get(b.url + "/health").json()["spool"]["orderExceptions"] == 0
 
         a = start_broker(db, tmp_path, FILE_BUFFER_DIR=str(a_dir), QUEEN_SERVER_ID="kill-a2", **env)
