@@ -8,13 +8,12 @@ answers 503 and changes nothing.
 """
 from __future__ import annotations
 
-import datetime as dt
-
 from sanic import Blueprint, Request
 
 from broker.http import json, read_json
+from broker.service.gauges import cluster_backlog
 from broker.store.db import StoreError, StoreUnavailable
-from broker.wire import BadRequest, body_object, iso_milli
+from broker.wire import BadRequest, body_object
 
 bp = Blueprint("system")
 
@@ -67,25 +66,12 @@ async def _buffer(app) -> dict:
     }
 
 
-async def _cluster_backlog(app) -> list[dict] | None:
-    """Which brokers' spools hold back which partitions (queen.spool_backlog);
-    None when the database cannot be read."""
-    try:
-        rows = await app.ctx.store.spool_backlog_summary()
-    except (StoreUnavailable, StoreError):
-        return None
-    return [{"spool": r["server_id"], "partitions": r["partitions"],
-             "oldestAcceptedAt": iso_milli(dt.datetime.fromtimestamp(
-                 r["oldest_accept_us"] / 1e6, dt.UTC)),
-             "lastSeen": iso_milli(r["seen_at"])} for r in rows]
-
-
 @bp.get("/api/v1/system/maintenance")
 async def get_maintenance(request: Request):
     app = request.app
     await _refresh_flags(app)
     return json({"maintenanceMode": app.ctx.flags.push, "popMaintenanceMode": app.ctx.flags.pop,
-                 **await _buffer(app), "clusterBacklog": await _cluster_backlog(app)})
+                 **await _buffer(app), "clusterBacklog": await cluster_backlog(app.ctx)})
 
 
 @bp.post("/api/v1/system/maintenance")

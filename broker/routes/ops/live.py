@@ -16,7 +16,7 @@ from sanic import Blueprint, Request
 
 from actors.live_series import THROUGHPUT_SECONDS
 from broker.http import args, json
-from broker.store.db import StoreError, StoreUnavailable
+from broker.service.gauges import cluster_backlog
 from broker.wire import iso_milli, q_int
 
 bp = Blueprint("ops_live")
@@ -71,15 +71,6 @@ async def _jobs(app) -> list[dict]:
     return out
 
 
-async def _backlog(app) -> list[dict] | None:
-    try:
-        rows = await app.ctx.store.spool_backlog_summary()
-    except (StoreUnavailable, StoreError):
-        return None
-    return [{"spool": r["server_id"], "partitions": r["partitions"],
-             "lastSeen": iso_milli(r["seen_at"])} for r in rows]
-
-
 @bp.get("/api/v1/live/cluster")
 async def cluster(request: Request):
     app = request.app
@@ -97,7 +88,7 @@ async def cluster(request: Request):
             "auth": mesh["auth"], "tls": mesh["tls"]},
         "spool": {"pending": spool["pendingCount"], "quarantined": spool["quarantinedEvents"],
                   "pendingBytes": spool["pendingBytes"], "healthy": spool["healthy"]},
-        "spoolBacklog": await _backlog(app),
+        "spoolBacklog": await cluster_backlog(app.ctx),
         "parkedPops": await app.ctx.waiters_proxy.parked_count(),
         "jobs": await _jobs(app),
     })
