@@ -535,12 +535,9 @@ INSERT INTO queen.partition_events AS e (bucket_time, queue_name, partition_coun
 SELECT date_trunc('minute', now()), s.stat_key, s.child_count
 FROM queen.stats s
 WHERE s.stat_type = 'queue'
-  AND NOT EXISTS (SELECT 1 FROM queen.partition_events x
-                  WHERE x.bucket_time = date_trunc('minute', now())
-                    AND x.queue_name = s.stat_key
-                    AND x.partition_count IS NOT NULL)
 ON CONFLICT (bucket_time, queue_name) DO UPDATE SET partition_count = EXCLUDED.partition_count
+    WHERE e.partition_count IS DISTINCT FROM EXCLUDED.partition_count
 """
-"""Once a minute per queue (the first stats cycle of the minute that has the queue's stats
-row): its partition count, as the minute's snapshot. Per queue, so that a queue created
-after the minute's first cycle still has a count for that minute."""
+"""Every queue's partition count from its fresh stats row, as the minute's figure: the
+newest count of the minute (a row is rewritten only when the count changed). The first
+count of the minute went stale when partitions were created later in the same minute."""
