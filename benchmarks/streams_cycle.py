@@ -9,8 +9,11 @@ One broker on its own PostgreSQL (embedded, or PG_HOST...). ``--events`` events 
 consume them. Every popped batch of a partition is one cycle: a state read
 (/streams/v1/state/get) and a commit (/streams/v1/cycle: state ops, sink pushes, source
 ack in one transaction). Reported: cycles and events per second from the first cycle
-until the source group's cursors reach the end, and the sink's window count against the
-expected one. Timings are for comparing revisions on one machine, never for the tests.
+until the source group's cursors reach the end, the sink's window count against the
+expected one, and the server-side milliseconds per request of the cycle and state/get
+routes (the broker's own latency histogram, ``queen_http_request_duration_seconds``:
+sum / count over the run, from the request's arrival to its answer). Timings are for
+comparing revisions on one machine, never for the tests.
 """
 from __future__ import annotations
 
@@ -84,6 +87,8 @@ async def run(args: argparse.Namespace) -> int:
             JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q
             ON q.id = p.queue_id WHERE q.name = $1""", sink)
         await conn.close()
+        async with httpx.AsyncClient(base_url=broker.url, timeout=60) as http:
+            server_ms = route_ms((await http.get("/metrics/prometheus")).text)
         with contextlib.redirect_stdout(io.StringIO()):
             await q.close()
         result = {"partitions": args.partitions, "events": per * args.partitions,
@@ -91,13 +96,33 @@ async def run(args: argparse.Namespace) -> int:
                   "seconds": round(elapsed, 2), "cycles": cycles,
                   "cycles_per_s": round(cycles / elapsed, 1),
                   "events_per_s": round(events / elapsed, 1),
-                  "sink_windows": sunk, "expected_windows": windows}
+                  "sink_windows": sunk, "expected_windows": windows,
+                  "server_ms_per_request": server_ms}
         print(json.dumps(result, indent=2))
         return 0 if events == per * args.partitions and sunk == windows else 1
     finally:
         if broker is not None:
             broker.stop()
         db.stop()
+
+
+def route_ms(text: str) -> dict[str, float]:
+    """Mean server-side ms per request of the streams and pop routes, from the broker's
+    latency histogram (sum and count per route name)."""
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        for suffix, into in (("_sum{", sums), ("_count{", counts)):
+            head = "queen_http_request_duration_seconds" + suffix
+            if line.startswith(head):
+                route = line[len(head):].split('"')[1]
+                into[route] = float(line.rsplit(" ", 1)[1])
+    out = {}
+    for route, total in sums.items():
+        short = route.rsplit(".", 1)[-1]
+        if counts.get(route) and ("streams" in route or short.startswith("pop")):
+            out[short] = round(1000 * total / counts[route], 2)
+    return out
 
 
 def main() -> int:
