@@ -35,7 +35,8 @@ async def delete_query(ctx: BrokerContext, name: str) -> str | None:
 
 
 async def list_queries(ctx: BrokerContext) -> list[Any]:
-    return await store.list_queries(ctx.store)
+    """Every query with its state size (the figures of the operator's view)."""
+    return await store.streams_status(ctx.store)
 
 
 async def read_state(ctx: BrokerContext, read: StateRead) -> list[dict[str, Any]]:
@@ -110,3 +111,16 @@ async def cycle(ctx: BrokerContext, req: CycleRequest, producer_sub: str | None)
     for _item, r in pushed:  # counted like /api/v1/push and /api/v1/ack count theirs
         telemetry.messages[r["status"]] += 1
     return CycleOutcome(res.applied, pushed, ack_out)
+
+
+async def status(ctx: BrokerContext) -> list[Any]:
+    """The operator's view: every query with its state size and committed cycles."""
+    return await store.streams_status(ctx.store)
+
+
+async def status_of(ctx: BrokerContext, name: str, limit: int) -> tuple[Any, list[Any]] | None:
+    """One query's figures and its partitions (largest state first); None: no such query."""
+    rows = await store.streams_status(ctx.store, name)
+    if not rows:
+        return None
+    return rows[0], await store.stream_partitions(ctx.store, rows[0]["id"], limit)

@@ -51,11 +51,6 @@ async def delete_query(store: Store, name: str) -> str | None:
     return None if gone is None else str(gone)
 
 
-async def list_queries(store: Store) -> list[asyncpg.Record]:
-    async with store.connection() as conn:
-        return await conn.fetch(q.QUERY_LIST)
-
-
 @dataclass(frozen=True)
 class CycleResult:
     status: str                   # ok | replayed | unknown_query | unknown_partition
@@ -117,3 +112,15 @@ async def read_state(store: Store, reads: Sequence[StateRead]) -> list[list[dict
         out[row["idx"]].append({"key": row["key"], "value": row["value"],
                                 "updated_at": row["updated_at"]})
     return out
+
+
+async def streams_status(store: Store, name: str | None = None) -> list[asyncpg.Record]:
+    """Every query (or the one named) with its state size and committed cycles."""
+    async with store.connection() as conn:
+        return await conn.fetch(q.STREAMS_STATUS, name)
+
+
+async def stream_partitions(store: Store, query_id: Any, limit: int) -> list[asyncpg.Record]:
+    """A query's partitions with state or cycles, largest state first."""
+    async with store.connection() as conn:
+        return await conn.fetch(q.STREAM_PARTITIONS, query_id, limit)

@@ -33,16 +33,47 @@ SELECT id FROM gone
 """
 """Delete a query by name; its state rows go by cascade. The id, or no row."""
 
-QUERY_LIST = """
+STREAMS_STATUS = """
 SELECT q.id, q.name, q.source_queue, q.sink_queue, q.config_hash, q.created_at, q.updated_at,
-       count(s.key)::bigint AS state_rows,
-       coalesce(sum(pg_column_size(s.value)), 0)::bigint AS state_bytes,
-       count(DISTINCT s.partition_id)::bigint AS partitions,
-       max(s.updated_at) AS last_state_at
+       coalesce(s.state_rows, 0)::bigint AS state_rows,
+       coalesce(s.state_bytes, 0)::bigint AS state_bytes,
+       coalesce(s.state_partitions, 0)::bigint AS state_partitions, s.last_state_at,
+       coalesce(c.cycle_partitions, 0)::bigint AS cycle_partitions,
+       coalesce(c.cycles, 0)::bigint AS cycles, c.last_cycle_at
 FROM queen_streams.queries q
-LEFT JOIN queen_streams.state s ON s.query_id = q.id
-GROUP BY q.id
+LEFT JOIN LATERAL (
+    SELECT count(*) AS state_rows, sum(pg_column_size(st.value)) AS state_bytes,
+           count(DISTINCT st.partition_id) AS state_partitions, max(st.updated_at) AS last_state_at
+    FROM queen_streams.state st WHERE st.query_id = q.id) s ON true
+LEFT JOIN LATERAL (
+    SELECT count(*) AS cycle_partitions, sum(sh.cycles) AS cycles,
+           max(sh.last_cycle_at) AS last_cycle_at
+    FROM queen_streams.shards sh WHERE sh.query_id = q.id) c ON true
+WHERE $1::text IS NULL OR q.name = $1
 ORDER BY q.name
 """
-"""Every query with the size of its state (rows, stored bytes of the values, partitions
-holding state): the operator's view."""
+"""The operator's view of the queries ($1: one name, NULL: all): per query its state (rows,
+stored bytes of the values, partitions holding state, newest write) and its committed
+cycles (count, partitions that committed one, when the newest committed)."""
+
+STREAM_PARTITIONS = """
+WITH st AS (
+    SELECT s.partition_id, count(*) AS state_rows, sum(pg_column_size(s.value)) AS state_bytes,
+           max(s.updated_at) AS last_state_at
+    FROM queen_streams.state s WHERE s.query_id = $1 GROUP BY s.partition_id
+), sh AS (
+    SELECT c.partition_id, c.cycles, c.last_cycle_at
+    FROM queen_streams.shards c WHERE c.query_id = $1
+)
+SELECT p.id AS partition_id, p.name AS partition, qu.name AS queue,
+       coalesce(st.state_rows, 0)::bigint AS state_rows,
+       coalesce(st.state_bytes, 0)::bigint AS state_bytes, st.last_state_at,
+       coalesce(sh.cycles, 0)::bigint AS cycles, sh.last_cycle_at
+FROM st FULL JOIN sh ON sh.partition_id = st.partition_id
+JOIN queen.partitions p ON p.id = coalesce(st.partition_id, sh.partition_id)
+JOIN queen.queues qu ON qu.id = p.queue_id
+ORDER BY coalesce(st.state_bytes, 0) DESC, qu.name, p.name
+LIMIT $2
+"""
+"""One query's source partitions that hold state or committed a cycle, largest state
+first, at most $2: rows, bytes, cycles and times per partition."""

@@ -12,8 +12,10 @@ from broker.routes.ops import (
                                resources,
                                stats,
                                status,
+                               streams,
                                traces,
 )
 
 blueprints: list = [stats.bp, resources.bp, consumer_groups.bp, message_admin.bp, traces.bp,
-                    status.bp, analytics.bp, metrics.bp, live.bp, browse.bp]
+                    status.bp, analytics.bp, metrics.bp, live.bp, browse.bp,
+                    streams.bp]
