@@ -12,7 +12,9 @@ ack in one transaction). Reported: cycles and events per second from the first c
 until the source group's cursors reach the end, the sink's window count against the
 expected one, and the server-side milliseconds per request of the cycle and state/get
 routes (the broker's own latency histogram, ``queen_http_request_duration_seconds``:
-sum / count over the run, from the request's arrival to its answer). Timings are for
+sum / count over the run, from the request's arrival to its answer). Then ``--direct``
+cycles from one client, one at a time (client-side p50/p90 on loopback, server-side mean).
+Timings are for
 comparing revisions on one machine, never for the tests.
 """
 from __future__ import annotations
@@ -89,6 +91,7 @@ async def run(args: argparse.Namespace) -> int:
         await conn.close()
         async with httpx.AsyncClient(base_url=broker.url, timeout=60) as http:
             server_ms = route_ms((await http.get("/metrics/prometheus")).text)
+            direct = await direct_cycles(http, args.direct) if args.direct else None
         with contextlib.redirect_stdout(io.StringIO()):
             await q.close()
         result = {"partitions": args.partitions, "events": per * args.partitions,
@@ -97,13 +100,62 @@ async def run(args: argparse.Namespace) -> int:
                   "cycles_per_s": round(cycles / elapsed, 1),
                   "events_per_s": round(events / elapsed, 1),
                   "sink_windows": sunk, "expected_windows": windows,
-                  "server_ms_per_request": server_ms}
+                  "server_ms_per_request": server_ms, "direct": direct}
         print(json.dumps(result, indent=2))
         return 0 if events == per * args.partitions and sunk == windows else 1
     finally:
         if broker is not None:
             broker.stop()
         db.stop()
+
+
+async def direct_cycles(http: httpx.AsyncClient, n: int) -> dict:
+    """``n`` cycles from one client, one at a time, each on a freshly popped batch of 20
+    (5 state upserts, 2 sink pushes, the ack): the cycle request's time at the client
+    (loopback) and on the server (the latency histogram's delta over these requests)."""
+    source = f"bench-direct-{uuid.uuid4().hex[:8]}"
+    q = (await http.post("/streams/v1/queries", json={
+        "name": source, "source_queue": source, "sink_queue": source + "-sink",
+        "config_hash": "h"})).json()
+    group = "streams." + source
+    before = _cycle_totals((await http.get("/metrics/prometheus")).text)
+    took = []
+    for i in range(n):
+        (await http.post("/api/v1/push", json={"items": [
+            {"queue": source, "partition": f"p{i % 4}", "payload": {"i": j}}
+            for j in range(20)]})).raise_for_status()
+        msgs = (await http.get(f"/api/v1/pop/queue/{source}", params={
+            "consumerGroup": group, "batch": 20, "wait": "false"})).json()["messages"]
+        last = msgs[-1]
+        body = {"query_id": q["query_id"], "partition_id": last["partitionId"],
+                "consumer_group": group,
+                "state_ops": [{"type": "upsert", "key": f"k{k}", "value": {"acc": i}}
+                              for k in range(5)],
+                "push_items": [{"queue": source + "-sink", "partition": f"p{i % 4}",
+                                "payload": {"sum": i, "part": k}} for k in range(2)],
+                "ack": {"transactionId": last["transactionId"], "leaseId": last["leaseId"],
+                        "status": "completed"}}
+        t0 = time.perf_counter()
+        r = await http.post("/streams/v1/cycle", json=body)
+        took.append(1000 * (time.perf_counter() - t0))
+        assert r.json()["success"] is True, r.text
+    after = _cycle_totals((await http.get("/metrics/prometheus")).text)
+    took.sort()
+    return {"cycles": n, "client_ms_p50": round(took[n // 2], 2),
+            "client_ms_p90": round(took[(9 * n) // 10], 2),
+            "server_ms_mean": round(1000 * (after[0] - before[0]) / (after[1] - before[1]), 2)}
+
+
+def _cycle_totals(text: str) -> tuple[float, float]:
+    """(sum of seconds, count) of the cycle route in the latency histogram."""
+    total = count = 0.0
+    for line in text.splitlines():
+        if line.startswith("queen_http_request_duration_seconds_") and '.cycle"' in line:
+            if line.startswith("queen_http_request_duration_seconds_sum{"):
+                total = float(line.rsplit(" ", 1)[1])
+            elif line.startswith("queen_http_request_duration_seconds_count{"):
+                count = float(line.rsplit(" ", 1)[1])
+    return total, count
 
 
 def route_ms(text: str) -> dict[str, float]:
@@ -132,6 +184,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=200)
     ap.add_argument("--runners", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--direct", type=int, default=200,
+                    help="cycles sent one at a time from one client after the SDK run (0: none)")
     return asyncio.run(run(ap.parse_args()))
 
 

@@ -42,6 +42,16 @@ def _cstr(data: bytes, at: int) -> tuple[str, int]:
     return data[at:end].decode("utf-8", "replace"), end + 1
 
 
+def _typed(buf: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """The first typed message of ``buf`` (kind, body, the rest), or None while incomplete."""
+    if len(buf) < 5:
+        return None
+    (length,) = struct.unpack("!I", buf[1:5])
+    if len(buf) < 1 + length:
+        return None
+    return buf[:1], buf[5:1 + length], buf[1 + length:]
+
+
 class PgWireRelay:
     def __init__(self, upstream_host: str, upstream_port: int):
         self.upstream = (upstream_host, upstream_port)
@@ -114,13 +124,10 @@ class PgWireRelay:
                     conn.started = True
                 buf = buf[length:]
                 continue
-            if len(buf) < 5:
+            message = _typed(buf)
+            if message is None:
                 return buf
-            kind = buf[:1]
-            (length,) = struct.unpack("!I", buf[1:5])
-            if len(buf) < 1 + length:
-                return buf
-            body, buf = buf[5:1 + length], buf[1 + length:]
+            kind, body, buf = message
             self._client_message(conn, kind, body)
         return b""
 
@@ -159,13 +166,10 @@ class PgWireRelay:
                     conn.opaque = True  # TLS from here on
                 buf = buf[1:]
                 continue
-            if len(buf) < 5:
+            message = _typed(buf)
+            if message is None:
                 return buf
-            kind = buf[:1]
-            (length,) = struct.unpack("!I", buf[1:5])
-            if len(buf) < 1 + length:
-                return buf
-            body, buf = buf[5:1 + length], buf[1 + length:]
+            kind, body, buf = message
             if kind == b"Z":
                 status = body[:1].decode()
                 with conn.lock:
