@@ -43,7 +43,7 @@ LIMIT $3
 """Partitions of a queue with something beyond a group's cursor (or no cursor
 yet): the hot-list's cold start and periodic reseed."""
 
-ACK = "SELECT * FROM queen.ack_messages($1, $2, $3, $4, $5, $6, $7, $8)"
+ACK = "SELECT * FROM queen.ack_messages_v2($1, $2, $3, $4, $5, $6, $7, $8)"
 """Apply acknowledgements (parallel arrays); one row per item."""
 
 ENSURE_SUBSCRIPTION = """

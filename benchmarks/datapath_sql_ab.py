@@ -1,6 +1,6 @@
-"""The push function of two schema versions, side by side on one PostgreSQL.
+"""The push and ack functions of two schema versions, side by side on one PostgreSQL.
 
-    .venv/bin/python benchmarks/push_sql_ab.py [--calls 2000] [--rounds 5]
+    .venv/bin/python benchmarks/datapath_sql_ab.py [--calls 1000] [--rounds 4] [--groups 64]
 
 Starts an embedded PostgreSQL (or uses PG_HOST/PG_PORT/PG_USER/PG_PASSWORD/PG_DB),
 applies the schema, and calls ``queen.push_ordered`` (migration 0001) and
@@ -13,6 +13,10 @@ isolates what the SQL itself costs per call. Workloads:
   fresh-100   100 new messages per call, one partition per call
   dup-100     the same 100 messages again (every item a duplicate)
   fresh-1000  1,000 new messages per call (what a fold of ten 100-item pushes sends)
+
+Then the ack: ``queen.ack_messages`` (0001) and ``queen.ack_messages_v2`` (0007)
+each acknowledge, in one call, a fold of --groups leased batches of 100 messages
+(one per partition), as the ack batcher sends them under load.
 
 Prints, per workload, the median wall microseconds per call and the PostgreSQL
 backend's CPU microseconds per call (from /proc: steadier than wall time on a
@@ -39,6 +43,7 @@ from _harness import start_database  # noqa: E402
 from broker.store.schema import apply_schema  # noqa: E402
 
 FUNCTIONS = ("queen.push_ordered", "queen.push_ordered_v2")
+ACK_FUNCTIONS = ("queen.ack_messages", "queen.ack_messages_v2")
 PARTITIONS = 16
 
 
@@ -80,10 +85,38 @@ async def timed_calls(conn: asyncpg.Connection, function: str, queue: str, tag: 
     return took
 
 
+async def ack_fold(conn: asyncpg.Connection, backend: int, function: str, queue: str,
+                   groups: int) -> float:
+    """Push and lease ``groups`` batches of 100, then ack them all in one call: its CPU."""
+    for p in range(groups):
+        await conn.fetch(call_sql(FUNCTIONS[1]),
+                         *args_for(queue, f"p{p}", [f"a{p}-{i}" for i in range(100)]))
+    leased = []  # (transaction id, partition id, lease id) of every popped message
+    for p in range(groups):
+        lease_id = uuid.uuid4()
+        rows = await conn.fetch("SELECT * FROM queen.pop_messages($1, $2, NULL, NULL, "
+                                "'__QUEUE_MODE__', 100, 1, false, $3, NULL, false)",
+                                queue, f"p{p}", str(lease_id))
+        leased += [(r["transaction_id"], r["partition_id"], lease_id)
+                   for r in rows if r["message_id"] is not None]
+    n = len(leased)
+    used = cpu_seconds(backend)
+    rows = await conn.fetch(f"SELECT * FROM {function}($1, $2, $3, $4, $5, $6, $7, false)",
+                            list(range(n)), [t for t, _, _ in leased], [p for _, p, _ in leased],
+                            ["completed"] * n, [None] * n, ["__QUEUE_MODE__"] * n,
+                            [lease for _, _, lease in leased])
+    used = cpu_seconds(backend) - used
+    if len(rows) != groups * 100 or not all(r["success"] for r in rows):
+        raise SystemExit(f"{function}: not every ack succeeded")
+    return used
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=2000, help="calls per workload and round")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=1000, help="calls per workload and round")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--groups", type=int, default=64,
+                        help="(partition, group) batches of 100 in the ack fold")
     args = parser.parse_args()
     db = start_database()
     try:
@@ -107,6 +140,12 @@ async def main() -> int:
                     used = cpu_seconds(backend) - used
                     per.setdefault((name, function), []).append(statistics.median(took) * 1e6)
                     cpu.setdefault((name, function), []).append(used / calls * 1e6)
+        ack_cpu: dict[str, list[float]] = {}
+        for rnd in range(args.rounds):
+            for function in ACK_FUNCTIONS if rnd % 2 == 0 else tuple(reversed(ACK_FUNCTIONS)):
+                queue = f"ack-{rnd}-{function.split('.')[1]}"
+                ack_cpu.setdefault(function, []).append(
+                    await ack_fold(conn, backend, function, queue, args.groups))
         await conn.close()
     finally:
         db.stop()
@@ -118,6 +157,9 @@ async def main() -> int:
         c1, c2 = (statistics.median(cpu[(name, f)]) for f in FUNCTIONS)
         print(f"{name:<10} {w1:>9.0f} {w2:>9.0f} {w2 / w1:>6.2f} "
               f"{c1:>9.0f} {c2:>9.0f} {c2 / c1:>6.2f}")
+    a1, a2 = (statistics.median(ack_cpu[f]) * 1e3 for f in ACK_FUNCTIONS)
+    print(f"ack fold of {args.groups} x 100: backend CPU v1 {a1:.0f} ms, v2 {a2:.0f} ms, "
+          f"v2/v1 {a2 / a1:.2f}")
     return 0
 
 
