@@ -128,5 +128,5 @@ async def metric_figures(ctx: BrokerContext) -> dict:
     return {"kv": [_namespace(r) for r in f["kv"]],
             "locks": {"held": f["locks"]["locks"], "permits": f["locks"]["permits"],
                       **lock_counters(ctx)},
-            "timers": {"queues": [_timer_queue(r) for r in f["timers"]],
-                       **_timer_totals(f["timers"]), **timer_counters(ctx)}}
+            "timers": {**_timer_totals(f["timers"]), **timer_counters(ctx),
+                       "byQueue": [_timer_queue(r) for r in f["timers"]]}}

@@ -303,9 +303,9 @@ def state_families(st: dict[str, Any], gauge, counter):
                   [(["acquire"], locks["acquireRefused"]), (["renew"], locks["renewRefused"]),
                    (["release"], locks["releaseRefused"])])
     yield gauge("queen_timers_pending", "Pending timers per queue", None, ["queue"],
-                [([q["queue"]], q["pending"]) for q in timers["queues"]])
+                [([q["queue"]], q["pending"]) for q in timers["byQueue"]])
     yield gauge("queen_timers_overdue", "Timers due and not delivered yet, per queue", None,
-                ["queue"], [([q["queue"]], q["overdue"]) for q in timers["queues"]])
+                ["queue"], [([q["queue"]], q["overdue"]) for q in timers["byQueue"]])
     yield counter("queen_timers_delivered", "Timers this broker delivered as messages", [],
                   [([], timers["delivered"])])
     yield counter("queen_timers_cancelled", "Timers cancelled through this broker", [],
