@@ -532,6 +532,19 @@ def parse_timer_page(args: Mapping[str, str]) -> tuple[str | None, int]:
     return after, max(1, min(limit, TIMER_PAGE_MAX))
 
 
+def parse_timer_count(args: Mapping[str, str]) -> str | None:
+    """``?mode=count&prefix=``: the prefix to count a queue's pending timers under, or
+    None when the call is not a count (a page). The prefix must not be empty, as the
+    reference broker's count route requires (a whole queue's count is one figure of
+    ``GET /api/v1/resources/timers``)."""
+    mode = args.get("mode")
+    if mode in (None, "", "list"):
+        return None
+    if mode != "count":
+        raise _timer_refusal("mode must be list or count")
+    return timer_key_field(args.get("prefix"), "prefix")
+
+
 # -- transaction riders ------------------------------------------------------------------
 
 def parse_riders(body: Mapping[str, Any]) -> tuple[list[KvOp], list[TimerOp]]:

@@ -78,6 +78,10 @@ async def page(ctx: BrokerContext, queue: str, after: str | None, limit: int) ->
     return await timers.page(ctx.store, queue, after, limit)
 
 
+async def count(ctx: BrokerContext, queue: str, prefix: str) -> dict:
+    return {"queue": queue, "prefix": prefix, "count": await timers.count(ctx.store, queue, prefix)}
+
+
 async def deliver_due(ctx: BrokerContext) -> tuple[int, float | None]:
     """One sweep (the TimerSweeper's ``deliver``); pops are woken after the commit."""
     delivery = await timers.deliver_due(ctx.store, SWEEP_BATCH)

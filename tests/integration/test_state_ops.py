@@ -209,6 +209,15 @@ async def test_timers_view_counts_pending_overdue_and_deliveries(scene):
         mine = got["thisBroker"]
         assert (mine["scheduled"], mine["cancelled"], mine["delivered"]) == (7, 1, 1)
         assert mine["sweeper"]["delivered"] == 1
+        # the reference console's count of a queue's timers under a key prefix
+        for prefix, n in (("stuck-", 2), ("later-", 3), ("later-1", 1), ("none", 0)):
+            counted = await _get(broker.url, "/api/v1/timers/ops-t1", mode="count",
+                                 prefix=prefix)
+            assert counted == {"queue": "ops-t1", "prefix": prefix, "count": n}
+        async with httpx.AsyncClient(base_url=broker.url, timeout=30) as h:
+            for params in ({"mode": "count"}, {"mode": "sum", "prefix": "x"}):
+                r = await h.get("/api/v1/timers/ops-t1", params=params)
+                assert r.status_code == 400 and r.json()["error"] == "timers_bad_request"
     finally:
         await tx.rollback()
 
