@@ -7,7 +7,7 @@ token is the fence's counter plus one: it only rises, across slots, expiry and d
 and every acquire and every renew gets a new one. Expired permits are dead rows: absent
 to every operation here at once, deleted later by the retention job.
 
-Each operation is one statement, a function of migration 0006 (locks_sql.py): one
+Each operation is one statement, a function of the lock_functions migration (locks_sql.py): one
 round trip and its own transaction (a lock batch is not all-or-nothing). The rules
 themselves are written there, in SQL, next to the rows they guard."""
 from __future__ import annotations

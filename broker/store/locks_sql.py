@@ -1,7 +1,7 @@
 """SQL of the locks surface. A permit is a queen.kv row in namespace ``queen-locks``
 keyed ``<name>#<slot>`` whose version is its fencing token; the lock's
 queen.lock_fences row holds the last token handed out. Acquire, renew and release
-are each one function of migration 0006 (one statement: one round trip, its own
+are each one function of the lock_functions migration (one statement: one round trip, its own
 transaction); each answers a verdict row, then for some verdicts the holders."""
 
 ACQUIRE = "SELECT * FROM queen.lock_acquire_v1($1, $2, $3, $4)"

@@ -1,4 +1,4 @@
--- Migration 0006: lock operations in one round trip.
+-- Migration lock_functions: lock operations in one round trip.
 --
 -- An acquire, a renew and a release of POST /api/v1/locks were each about five
 -- statements inside BEGIN ... COMMIT (lock the fence, read the clock, read the
