@@ -36,14 +36,15 @@ SELECT k.key, CASE WHEN $5 THEN NULL ELSE k.value END AS value, k.version, k.exp
        octet_length(k.value::text)::bigint AS size
 FROM queen.kv k
 WHERE k.namespace = $1 AND k.version > 0 AND k.expires_at IS DISTINCT FROM '-infinity'
-  AND starts_with(k.key, $2) AND ($3::text IS NULL OR k.key > $3)
+  AND k.key >= $2 AND starts_with(k.key, $2) AND ($3::text IS NULL OR k.key > $3)
   AND ($4 OR k.expires_at IS NULL OR k.expires_at > now())
 ORDER BY k.key
 LIMIT $6
 """
 """A keyset page of namespace $1: keys starting with $2 after $3, in byte order,
 live only unless $4 (then also expired, each row saying so, against the database's
-clock); values left out with $5; at most $6 rows. Tombstones are never listed."""
+clock); values left out with $5; at most $6 rows. Tombstones are never listed.
+``k.key >= $2`` is implied by the prefix and lets the primary key's range start there."""
 
 LOCKS_PAGE = """
 SELECT l.name, f.last_token, p.slot, p.owner, p.token, p.since, p.renewed_at, p.expires_at
