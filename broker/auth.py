@@ -101,7 +101,8 @@ ROUTE_LEVELS: list[tuple[frozenset[str] | None, str, int]] = [
     (frozenset({"PUT", "DELETE"}), r"/api/v1/kv/.*", READ_WRITE),
     (frozenset({"POST"}), r"/api/v1/timers", READ_WRITE),
     (frozenset({"DELETE"}), r"/api/v1/timers/.*", READ_WRITE),
-    # READ_ONLY: reads of the operator API
+    # READ_ONLY: reads of the operator API (the key listing is a POST: its cursor is a key)
+    (frozenset({"POST"}), r"/api/v1/resources/kv/list", READ_ONLY),
     (frozenset({"GET"}), r"/api/v1/(resources|analytics|traces)/.*", READ_ONLY),
     (frozenset({"GET"}), r"/api/v1/(status|messages|consumer-groups)(/.*)?", READ_ONLY),
     (frozenset({"GET"}), r"/api/v1/dlq", READ_ONLY),
