@@ -486,3 +486,28 @@ def test_consumers_and_header_routes(world):
     shape(m, {"maintenanceMode": BOOL, "popMaintenanceMode": BOOL, "bufferedMessages": INT,
               "bufferStats": {"failedCount": INT, "failedFiles": {"totalMB": NUM}}})
     assert http.get("/health").json()["status"] in ("healthy", "ok")
+
+
+def test_standalone_identity(world):
+    """The reference web dashboard boots from GET /auth/me and renders nothing without it:
+    with auth off the broker answers the standalone identity (one synthetic cluster, admin,
+    live operator), so the app shows every view including the operator-only System page."""
+    http = world["http"]
+    me = http.get("/auth/me")
+    assert me.status_code == 200 and me.headers["content-type"].startswith("application/json")
+    body = me.json()
+    shape(body, {"user_id": STR, "is_operator": BOOL, "operator_enabled": BOOL,
+                 "operator_live": BOOL, "acting_cluster": {"id": STR, "slug": STR},
+                 "clusters": list, "act_cluster_header": STR, "role": STR, "standalone": BOOL})
+    assert body["standalone"] is True and body["operator_live"] is True
+    assert body["email"] is None
+    (cluster,) = body["clusters"]
+    shape(cluster, {"id": STR, "slug": STR, "role": STR, "tenant_slug": STR, "status": STR,
+                    "cell_slug": STR})
+    assert cluster["role"] == "admin" and cluster["status"] == "active"
+    assert cluster["id"] == body["acting_cluster"]["id"]
+    assert cluster["tenant_id"] is None  # no tenancy here: not a made-up id
+    assert cluster["cell_slug"] == http.get("/health").json()["server"]
+    login = http.get("/auth/login", follow_redirects=False)
+    assert login.status_code == 302 and login.headers["location"] == "/"
+    assert http.post("/auth/logout").json() == {"ok": True}
