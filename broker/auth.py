@@ -71,6 +71,9 @@ ROUTE_LEVELS: list[tuple[frozenset[str] | None, str, int]] = [
     (frozenset({"GET"}), r"/|/dashboard(/.*)?", PUBLIC),
     # answers "who is this token" itself, also without one (the page asks before it has one)
     (frozenset({"GET"}), r"/api/v1/auth/session", PUBLIC),
+    # the identity the reference web dashboard boots from (answers 401 itself with auth on)
+    (frozenset({"GET"}), r"/auth/(me|login)", PUBLIC),
+    (frozenset({"POST"}), r"/auth/logout", PUBLIC),
     # ADMIN
     (_ANY, r"/api/v1/system(/.*)?", ADMIN),
     (_ANY, r"/internal(/.*)?", ADMIN),
