@@ -104,3 +104,27 @@ def test_actor_ask_round_trip(benchmark, loop):
 
     benchmark.pedantic(lambda: loop.run_until_complete(thousand()), rounds=5, iterations=1)
     loop.run_until_complete(proxy.actor_ref.stop(block=False))
+
+
+def _popped_rows(n: int) -> list[dict]:
+    import datetime as dt
+    pid = uuid.uuid4()
+    now = dt.datetime.now(dt.UTC)
+    return [{"message_id": uuid.uuid4(), "transaction_id": str(uuid.uuid4()), "trace_id": None,
+             "payload": {"order": i, "lines": [1, 2, 3], "note": "x" * 40},
+             "producer_sub": None, "created_at": now, "queue_name": "orders",
+             "partition_name": "p1", "partition_id": pid, "retry_count": 0} for i in range(n)]
+
+
+def test_shape_pop_response_of_100_messages(benchmark):
+    """What a pop of 100 messages costs after the SQL: one dict per message, then JSON."""
+    from broker.http import json
+    from broker.wire import pop_message
+    rows = _popped_rows(100)
+    lease = str(uuid.uuid4())
+
+    def shape():
+        return json({"messages": [pop_message(r, r["payload"], "__QUEUE_MODE__", lease)
+                                  for r in rows]})
+    response = benchmark(shape)
+    assert response.body.count(b'"transactionId"') == 100

@@ -31,6 +31,7 @@ from broker.routes import (
     dashboard,
     docs,
     ephemeral,
+    identity,
     kv,
     locks,
     migration,
@@ -131,7 +132,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
 
     for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp, docs.bp,
                       streams.bp, reads.bp, kv.bp, locks.bp, timers.bp, migration.bp,
-                      ephemeral.bp, dashboard.bp, *ops.blueprints):
+                      ephemeral.bp, dashboard.bp, identity.bp, *ops.blueprints):
         if blueprint is not pop.bp:
             answer_head_like_get(blueprint)
         app.blueprint(blueprint)

@@ -71,6 +71,9 @@ ROUTE_LEVELS: list[tuple[frozenset[str] | None, str, int]] = [
     (frozenset({"GET"}), r"/|/dashboard(/.*)?", PUBLIC),
     # answers "who is this token" itself, also without one (the page asks before it has one)
     (frozenset({"GET"}), r"/api/v1/auth/session", PUBLIC),
+    # the identity the reference web dashboard boots from (answers 401 itself with auth on)
+    (frozenset({"GET"}), r"/auth/(me|login)", PUBLIC),
+    (frozenset({"POST"}), r"/auth/logout", PUBLIC),
     # ADMIN
     (_ANY, r"/api/v1/system(/.*)?", ADMIN),
     (_ANY, r"/internal(/.*)?", ADMIN),
@@ -101,7 +104,8 @@ ROUTE_LEVELS: list[tuple[frozenset[str] | None, str, int]] = [
     (frozenset({"PUT", "DELETE"}), r"/api/v1/kv/.*", READ_WRITE),
     (frozenset({"POST"}), r"/api/v1/timers", READ_WRITE),
     (frozenset({"DELETE"}), r"/api/v1/timers/.*", READ_WRITE),
-    # READ_ONLY: reads of the operator API
+    # READ_ONLY: reads of the operator API (the key listing is a POST: its cursor is a key)
+    (frozenset({"POST"}), r"/api/v1/resources/kv/list", READ_ONLY),
     (frozenset({"GET"}), r"/api/v1/(resources|analytics|traces)/.*", READ_ONLY),
     (frozenset({"GET"}), r"/api/v1/(status|messages|consumer-groups)(/.*)?", READ_ONLY),
     (frozenset({"GET"}), r"/api/v1/dlq", READ_ONLY),

@@ -9,6 +9,7 @@ import base64
 import binascii
 import datetime as dt
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import ujson
@@ -283,6 +284,69 @@ def parse_kv_batch(body: Any) -> list[KvOp]:
     return [parse_kv_op(raw, f"operations[{n}]") for n, raw in enumerate(ops)]
 
 
+# -- operator listings (routes/ops/state) -------------------------------------------------
+
+@dataclass(frozen=True)
+class KvListing:
+    namespace: str
+    prefix: str
+    after: str | None
+    limit: int
+    include_expired: bool
+    keys_only: bool
+
+
+def _flag(raw: Mapping[str, Any], field: str) -> bool:
+    value = raw.get(field, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise kv_refusal(f"{field} must be true or false")
+    return value
+
+
+def _page_limit(value: Any, default: int, most: int, refusal) -> int:
+    """A page size: a whole number, clamped to 1..``most`` (never refused for its size)."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            raise refusal("limit must be a whole number") from None
+    if not is_int(value):
+        raise refusal("limit must be a whole number")
+    return max(1, min(int(value), most))
+
+
+def parse_kv_listing(body: Any, default_limit: int, most: int) -> KvListing:
+    """``POST /api/v1/resources/kv/list``: ``{namespace, prefix?, after?, limit?,
+    includeExpired?, keysOnly?}``. The cursor travels in the body because it is a key
+    (a key in a query string ends up in access logs)."""
+    raw = body_object(body)
+    namespace = _ns(raw.get("namespace"), "namespace")
+    prefix = raw.get("prefix")
+    prefix = "" if prefix in (None, "") else _key(prefix, "prefix")
+    after = raw.get("after")
+    after = None if after in (None, "") else _key(after, "after")
+    return KvListing(namespace, prefix, after,
+                     _page_limit(raw.get("limit"), default_limit, most, kv_refusal),
+                     _flag(raw, "includeExpired"), _flag(raw, "keysOnly"))
+
+
+def parse_locks_listing(args: Mapping[str, str], default_limit: int, most: int
+                        ) -> tuple[str, str | None, int]:
+    """``GET /api/v1/resources/locks?prefix=&after=&limit=``: a name prefix, the name to
+    continue after, a page size."""
+    prefix = args.get("prefix") or ""
+    if prefix:
+        prefix = _lock_text(prefix, "prefix", name=True)
+    after = args.get("after") or None
+    if after is not None:
+        after = _lock_text(after, "after", name=True)
+    return prefix, after, _page_limit(args.get("limit"), default_limit, most, _lock_refusal)
+
+
 # -- locks -------------------------------------------------------------------------------
 
 LOCK_MAX_OPS = 100
@@ -466,6 +530,19 @@ def parse_timer_page(args: Mapping[str, str]) -> tuple[str | None, int]:
     except ValueError:
         raise _timer_refusal("limit must be a whole number") from None
     return after, max(1, min(limit, TIMER_PAGE_MAX))
+
+
+def parse_timer_count(args: Mapping[str, str]) -> str | None:
+    """``?mode=count&prefix=``: the prefix to count a queue's pending timers under, or
+    None when the call is not a count (a page). The prefix must not be empty, as the
+    reference broker's count route requires (a whole queue's count is one figure of
+    ``GET /api/v1/resources/timers``)."""
+    mode = args.get("mode")
+    if mode in (None, "", "list"):
+        return None
+    if mode != "count":
+        raise _timer_refusal("mode must be list or count")
+    return timer_key_field(args.get("prefix"), "prefix")
 
 
 # -- transaction riders ------------------------------------------------------------------

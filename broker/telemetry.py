@@ -27,6 +27,9 @@ class Telemetry:
     messages: Counter = field(default_factory=Counter)
     # streams cycles by outcome: committed, rolled_back, replayed (already acknowledged)
     stream_cycles: Counter = field(default_factory=Counter)
+    # lock operations by "op:outcome" (acquire:acquired, acquire:already, acquire:refused,
+    # renew:renewed, renew:refused, release:released, release:refused)
+    locks: Counter = field(default_factory=Counter)
     # latency samples are recorded by the HTTP layer into prometheus histograms; this
     # keeps only the running totals the collector writes per minute
     request_seconds_total: float = 0.0
@@ -92,7 +95,7 @@ class Telemetry:
         return {"uptime_s": round(time.time() - self.started_at, 3),
                 "requests": dict(self.requests), "errors": dict(self.errors),
                 "messages": dict(self.messages), "stream_cycles": dict(self.stream_cycles),
-                "pops": dict(self.pops), "ops": dict(self.ops),
+                "pops": dict(self.pops), "ops": dict(self.ops), "locks": dict(self.locks),
                 "request_seconds_total": round(self.request_seconds_total, 6)}
 
 

@@ -21,6 +21,7 @@ from broker.openapi.paths import (
     migration,
     queues,
     state,
+    state_ops,
     status,
     streams,
     system,
@@ -28,7 +29,7 @@ from broker.openapi.paths import (
 )
 
 GROUPS = (messaging, queues, messages, consumer_groups, traces, status, system, streams,
-          state, migration, dashboard)
+          state, state_ops, migration, dashboard)
 
 COMPONENTS: dict[str, Any] = {
     "schemas": {

@@ -1,7 +1,8 @@
 """Timers: ``POST /api/v1/timers`` (schedule, reschedule, cancel; READ_WRITE),
 ``DELETE /api/v1/timers/<queue>/<key>`` (the cancel route of its own, ``?txn=`` echoed
 on ``absent``), ``GET /api/v1/timers/<queue>/<key>`` (peek) and
-``GET /api/v1/timers/<queue>`` (a keyset page; READ_ONLY)."""
+``GET /api/v1/timers/<queue>`` (a keyset page, or with ``?mode=count&prefix=`` the count of
+the pending timers under a key prefix; READ_ONLY)."""
 from __future__ import annotations
 
 from urllib.parse import unquote
@@ -13,6 +14,7 @@ from broker.service import timers as service
 from broker.service.push import checked_producer_sub
 from broker.state_wire import (
     parse_timer_batch,
+    parse_timer_count,
     parse_timer_op,
     parse_timer_page,
     timer_address,
@@ -49,5 +51,8 @@ async def timers_peek(request: Request, queue: str, key: str):
 @bp.get("/api/v1/timers/<queue:str>", unquote=True)
 async def timers_list(request: Request, queue: str):
     queue, _ = timer_address(queue)
+    prefix = parse_timer_count(args(request))
+    if prefix is not None:
+        return json(await service.count(request.app.ctx, queue, prefix))
     after, limit = parse_timer_page(args(request))
     return json(await service.page(request.app.ctx, queue, after, limit))

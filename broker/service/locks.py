@@ -14,5 +14,20 @@ def minted_owner() -> str:
     return f"anonymous:{new_uuid7()}"
 
 
+def outcome(result: dict) -> str:
+    """``op:outcome`` of one result, the key of the lock counters (telemetry.locks)."""
+    op = result["op"]
+    if op == "acquire":
+        return "acquire:" + ("refused" if not result["acquired"]
+                             else "already" if result.get("already") else "acquired")
+    if op == "renew":
+        return "renew:" + ("renewed" if result["renewed"] else "refused")
+    return "release:" + ("released" if result["released"] else "refused")
+
+
 async def run(ctx: BrokerContext, ops: list[LockOp]) -> list[dict]:
-    return await locks.run(ctx.store, ops)
+    results = await locks.run(ctx.store, ops)
+    for r in results:
+        if r["op"] != "get":
+            ctx.telemetry.locks[outcome(r)] += 1
+    return results

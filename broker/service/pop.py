@@ -218,13 +218,15 @@ def _pop_answer(ctx: BrokerContext, req: PopRequest, rows, lease_id: str) -> dic
     cipher = ctx.cipher
     messages = []
     partitions: list[Any] = []
+    partition_id = ""
     for row in rows:
         data = row["payload"]
         if row["is_encrypted"] and cipher is not None:
             data = cipher.decrypt(data)
-        messages.append(pop_message(row, data, req.group, lease_id))
         if not partitions or partitions[-1] != row["partition_id"]:
             partitions.append(row["partition_id"])
+            partition_id = str(row["partition_id"])
+        messages.append(pop_message(row, data, req.group, lease_id, partition_id))
     telemetry.messages["popped"] += len(messages)
     by_queue: dict[str, list] = {}
     for row in rows:

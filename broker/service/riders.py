@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from broker.service.context import BrokerContext
-from broker.service.timers import prepared, scheduled
+from broker.service.timers import counted, prepared, scheduled
 from broker.store import kv, timers
 from broker.store.kv import KvOp
 from broker.store.timers import TimerOp
@@ -41,5 +41,7 @@ class Riders:
             else []
 
     def committed(self, ctx: BrokerContext) -> None:
-        """After commit: this broker's sweeper learns of the new timers."""
+        """After commit: this broker's sweeper learns of the new timers (and its
+        counters of their verdicts)."""
         scheduled(ctx, self.timer_ops, self.timer_results)
+        counted(ctx, self.timer_results)

@@ -53,13 +53,21 @@ async def batch(ctx: BrokerContext, ops: list[TimerOp], producer_sub: str | None
     ops = await prepared(ctx, ops, producer_sub)
     results = await timers.batch(ctx.store, ops)
     scheduled(ctx, ops, results)
-    for r in results:
-        ctx.telemetry.messages["timer_" + r["status"]] += 1
+    counted(ctx, results)
     return results
 
 
+def counted(ctx: BrokerContext, results: list[dict]) -> None:
+    """Verdicts of committed timer operations, in this broker's counters
+    (``timer_<status>`` of telemetry.messages: /metrics and the operator view)."""
+    for r in results:
+        ctx.telemetry.messages["timer_" + r["status"]] += 1
+
+
 async def cancel(ctx: BrokerContext, op: TimerOp) -> dict:
-    return (await timers.batch(ctx.store, [op]))[0]
+    result = (await timers.batch(ctx.store, [op]))[0]
+    counted(ctx, [result])
+    return result
 
 
 async def peek(ctx: BrokerContext, queue: str, key: str) -> dict:
@@ -68,6 +76,10 @@ async def peek(ctx: BrokerContext, queue: str, key: str) -> dict:
 
 async def page(ctx: BrokerContext, queue: str, after: str | None, limit: int) -> dict:
     return await timers.page(ctx.store, queue, after, limit)
+
+
+async def count(ctx: BrokerContext, queue: str, prefix: str) -> dict:
+    return {"queue": queue, "prefix": prefix, "count": await timers.count(ctx.store, queue, prefix)}
 
 
 async def deliver_due(ctx: BrokerContext) -> tuple[int, float | None]:

@@ -232,7 +232,7 @@ def message_status(seq: int, groups: list[Record], dead: list[Record]) -> dict:
             queue_status = "pending"
     dead_groups = {d["consumer_group"] for d in dead}
     consumed_by = sum(1 for g in bus if g["cursor_seq"] >= seq)
-    if (QUEUE_MODE in dead_groups) if qm is not None else bool(dead_groups):
+    if dead_groups:
         status = "dead_letter"
     elif queue_status is not None:
         status = queue_status

@@ -378,9 +378,7 @@ WITH parts AS (
                 ELSE 'pending' END AS queue_status,
            CASE WHEN m.seq > pt.qm_cursor AND m.seq <= pt.qm_lease_last
                 THEN pt.qm_lease_expires END AS lease_expires_at,
-           EXISTS (SELECT 1 FROM queen.dead_letter_queue d
-                   WHERE d.message_id = m.id
-                     AND (pt.qm_cursor IS NULL OR d.consumer_group = '__QUEUE_MODE__')) AS dead,
+           EXISTS (SELECT 1 FROM queen.dead_letter_queue d WHERE d.message_id = m.id) AS dead,
            b.groups AS bus_groups,
            (SELECT count(*) FROM queen.log_consumers l
             WHERE l.partition_id = m.partition_id AND l.consumer_group <> '__QUEUE_MODE__'
@@ -412,8 +410,9 @@ LIMIT $8 OFFSET $9
 """
 """One page of messages, newest first, filtered by queue $1, partition $2,
 namespace $3, task $4, created_at in [$5, $6] (NULL = open) and status $7.
-Status: 'dead_letter' when dead-lettered (by queue mode, or by any group of a
-pure bus partition); else against queue mode's cursor and lease when the
+Status: 'dead_letter' when any group dead-lettered it (it has a DLQ row, as the
+reference answers: the dashboard's dead_letter filter and its purge button rely on
+it, also on a partition that queue mode shares with bus groups); else against queue mode's cursor and lease when the
 partition has a queue-mode row; else 'completed' once every bus group passed
 it, 'processing' under a live bus lease, 'pending' otherwise."""
 

@@ -9,7 +9,7 @@ from broker.store.figures_sql import partition_figures
 
 PUSH_ORDERED = """
 SELECT idx, message_id, partition_id, status, late, peer
-FROM queen.push_ordered($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+FROM queen.push_ordered_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 """
 """Insert items (parallel arrays), aware of the cluster-wide spool backlog; one
 row per item: 'queued', 'duplicate', 'held' (direct push behind spooled ones)
@@ -43,7 +43,7 @@ LIMIT $3
 """Partitions of a queue with something beyond a group's cursor (or no cursor
 yet): the hot-list's cold start and periodic reseed."""
 
-ACK = "SELECT * FROM queen.ack_messages($1, $2, $3, $4, $5, $6, $7, $8)"
+ACK = "SELECT * FROM queen.ack_messages_v2($1, $2, $3, $4, $5, $6, $7, $8)"
 """Apply acknowledgements (parallel arrays); one row per item."""
 
 ENSURE_SUBSCRIPTION = """

@@ -14,15 +14,15 @@ SELECT * FROM queen_streams.cycle_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $1
 """
 """A whole cycle, its own transaction: the state ops (cycle_state_v1: query and partition
 known, the shard's lock, a replayed cycle recognised, the ack widened to the lease's whole
-batch), the sink pushes (push_ordered, direct mode), the source ack (ack_messages, failed
-acks to the DLQ), the shard's cycle count. One row; a held sink partition raises SQLSTATE
-QSH01, a refused ack QSA01, and nothing is committed."""
+batch), the sink pushes (push_ordered_v2, direct mode), the source ack (ack_messages_v2,
+failed acks to the DLQ), the shard's cycle count. One row; a held sink partition raises
+SQLSTATE QSH01, a refused ack QSA01, and nothing is committed."""
 
 CYCLE_HELD = "QSH01"
 """SQLSTATE of CYCLE: a sink push went to a partition a spool holds (DETAIL: its idx)."""
 
 CYCLE_ACK_REFUSED = "QSA01"
-"""SQLSTATE of CYCLE: the source ack was refused (MESSAGE: ack_messages' error)."""
+"""SQLSTATE of CYCLE: the source ack was refused (MESSAGE: ack_messages_v2's error)."""
 
 STATE_GET = "SELECT * FROM queen_streams.state_get_v1($1, $2, $3, $4, $5, $6, $7)"
 """State rows of several folded reads at once; (idx, key, value, updated_at) rows."""

@@ -89,6 +89,11 @@ async def page(store: Store, queue: str, after: str | None, limit: int) -> dict:
             "nextAfter": rows[-1]["timer_key"] if truncated else None}
 
 
+async def count(store: Store, queue: str, prefix: str) -> int:
+    async with store.connection() as conn:
+        return await conn.fetchval(sql.COUNT_PREFIX, queue, prefix)
+
+
 @dataclass(frozen=True)
 class Delivery:
     pairs: set[tuple[str, str]]   # (queue, partition) that got a message

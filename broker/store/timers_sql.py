@@ -44,3 +44,8 @@ ORDER BY t.timer_key
 LIMIT $3
 """
 """A keyset page of one queue's pending timers, after key $2."""
+
+COUNT_PREFIX = """
+SELECT count(*) FROM queen.timers t WHERE t.queue_name = $1 AND starts_with(t.timer_key, $2)
+"""
+"""How many pending timers of queue $1 have a key starting with $2 (exact)."""

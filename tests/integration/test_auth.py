@@ -212,6 +212,18 @@ def test_public_paths_and_preflight_need_no_token(hs):
     assert hs.get("/api/v1/resources/queues").status_code == 401
 
 
+def test_reference_identity_with_auth_on_is_401_and_says_why(hs):
+    """With tokens required there is no browser session to describe: /auth/me is 401
+    auth_required (the reference web dashboard then goes to /auth/login), and that page
+    explains instead of redirecting back (no loop)."""
+    me = hs.get("/auth/me")
+    assert me.status_code == 401
+    assert me.json() == {"error": "auth_required", "code": "auth_required"}
+    login = hs.get("/auth/login", follow_redirects=False)
+    assert login.status_code == 200 and "text/html" in login.headers["content-type"]
+    assert "JWT_ENABLED" in login.text
+
+
 @pytest.mark.parametrize("header", [None, "", "Bearer", "bearer"])
 def test_missing_token_is_401(hs, header):
     headers = {} if header is None else {"Authorization": header}

@@ -93,17 +93,29 @@ async def test_incr_bounds_and_create_only_ttl(client, ns):
 
 async def test_ttl_expiry_is_enforced_before_any_sweep(client, ns, database):
     """A key past its expiry is absent to get, getMany, getPrefix, expect=0 and incr
-    while its row is still in the table; the retention job then deletes the row."""
+    while its row is still in the table (the sweep is test_retention_sweeps_dead_rows)."""
+    import asyncpg
     kv = client.kv
     await kv.put(ns, "short", "v", ttl_seconds=1)
     await kv.put(ns, "cnt", 41, ttl_seconds=1)
     assert (await kv.get(ns, "short"))["found"]
-    await wait_until_async(lambda: _absent(kv, ns, "short"), 10, "the key to expire")
-    assert await adb_val(database, "SELECT count(*) FROM queen.kv WHERE namespace = $1 "
-                         "AND key = $2", ns, "short") == 1  # not swept: the predicate rules
-    many = await kv.get_many(ns, ["short", "cnt"])
-    assert many["rows"] == [] and many["missing"] == ["short", "cnt"]
-    assert (await kv.get_prefix(ns, "s"))["rows"] == []
+    # Hold the two rows FOR SHARE so the retention sweep (FOR UPDATE SKIP LOCKED) leaves
+    # them in the table however soon it runs: what hides them is then the expiry alone.
+    holder = await asyncpg.connect(database.dsn)
+    try:
+        async with holder.transaction():
+            held = await holder.fetchval(
+                "SELECT count(*) FROM (SELECT 1 FROM queen.kv WHERE namespace = $1 "
+                "AND key IN ('short', 'cnt') FOR SHARE) r", ns)
+            assert held == 2
+            await wait_until_async(lambda: _absent(kv, ns, "short"), 10, "the key to expire")
+            many = await kv.get_many(ns, ["short", "cnt"])
+            assert many["rows"] == [] and many["missing"] == ["short", "cnt"]
+            assert (await kv.get_prefix(ns, "s"))["rows"] == []
+            assert await holder.fetchval("SELECT count(*) FROM queen.kv WHERE namespace = $1",
+                                         ns) == 2  # still there: the expiry rules, not a sweep
+    finally:
+        await holder.close()
     assert (await kv.put(ns, "short", "w", forever=True, expect=0))["applied"]
     fresh = await kv.incr(ns, "cnt", ttl_seconds=60)
     assert fresh["value"] == 1  # an expired counter counts as zero

@@ -90,6 +90,32 @@ async def test_semaphore_admits_n(client, lock_name):
         await h.release()
 
 
+async def test_concurrent_acquires_admit_exactly_the_limit(client, lock_name):
+    """Twenty owners race for a lock and for a semaphore of 5 at once (each acquire is one
+    statement serialised on the lock's fence): one and five win, in distinct slots with
+    distinct tokens; the losers see the winners as holders; the next token is higher than
+    every one handed out."""
+    async def race(name: str, limit: int) -> list[dict]:
+        return list(await asyncio.gather(*(
+            client.locks.acquire(name, ttl_seconds=30, owner=f"o{n}", limit=limit)
+            for n in range(20))))
+
+    for name, limit in ((lock_name, 1), (lock_name + "-sem", 5)):
+        results = await race(name, limit)
+        won = [r for r in results if r["acquired"]]
+        assert len(won) == limit, results
+        assert sorted(r["slot"] for r in won) == list(range(limit))
+        assert len({r["token"] for r in won}) == limit
+        winners = {r["owner"] for r in won}
+        for lost in (r for r in results if not r["acquired"]):
+            assert {h["owner"] for h in lost["holders"]} == winners
+        held = await client.locks.get(name)
+        assert {h["owner"] for h in held["holders"]} == winners
+        first = won[0]
+        renewed = await client.locks.renew(name, token=first["token"], ttl_seconds=30)
+        assert renewed["token"] > max(r["token"] for r in won)
+
+
 async def test_background_renew_changes_the_token(client, lock_name):
     """The handle renews by itself and keeps the new token."""
     lock = client.lock(lock_name, ttl_seconds=3, renew_every=0.2)

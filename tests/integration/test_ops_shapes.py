@@ -486,3 +486,61 @@ def test_consumers_and_header_routes(world):
     shape(m, {"maintenanceMode": BOOL, "popMaintenanceMode": BOOL, "bufferedMessages": INT,
               "bufferStats": {"failedCount": INT, "failedFiles": {"totalMB": NUM}}})
     assert http.get("/health").json()["status"] in ("healthy", "ok")
+
+
+def test_standalone_identity(world):
+    """The reference web dashboard boots from GET /auth/me and renders nothing without it:
+    with auth off the broker answers the standalone identity (one synthetic cluster, admin,
+    live operator), so the app shows every view including the operator-only System page."""
+    http = world["http"]
+    me = http.get("/auth/me")
+    assert me.status_code == 200 and me.headers["content-type"].startswith("application/json")
+    body = me.json()
+    shape(body, {"user_id": STR, "is_operator": BOOL, "operator_enabled": BOOL,
+                 "operator_live": BOOL, "acting_cluster": {"id": STR, "slug": STR},
+                 "clusters": list, "act_cluster_header": STR, "role": STR, "standalone": BOOL})
+    assert body["standalone"] is True and body["operator_live"] is True
+    assert body["email"] is None
+    (cluster,) = body["clusters"]
+    shape(cluster, {"id": STR, "slug": STR, "role": STR, "tenant_slug": STR, "status": STR,
+                    "cell_slug": STR})
+    assert cluster["role"] == "admin" and cluster["status"] == "active"
+    assert cluster["id"] == body["acting_cluster"]["id"]
+    assert cluster["tenant_id"] is None  # no tenancy here: not a made-up id
+    assert cluster["cell_slug"] == http.get("/health").json()["server"]
+    login = http.get("/auth/login", follow_redirects=False)
+    assert login.status_code == 302 and login.headers["location"] == "/"
+    assert http.post("/auth/logout").json() == {"ok": True}
+
+
+def test_dead_lettered_by_a_bus_group_is_dead_letter_on_a_shared_partition(world):
+    """A message with a DLQ row is `dead_letter` in the list and the detail, also when
+    the partition has a queue-mode cursor besides the group that dead-lettered it (the
+    reference's rule; the dashboard's dead_letter filter and purge button rely on it)."""
+    http = world["http"]
+    queue = f"{world['qa']}-hybrid"
+    r = http.post("/api/v1/push", json={"items": [
+        {"queue": queue, "partition": "h", "payload": {"n": i}} for i in range(3)]})
+    assert r.status_code == 200, r.text
+    qm = http.get(f"/api/v1/pop/queue/{queue}/partition/h",
+                  params={"wait": "false", "batch": 1}).json()["messages"]
+    assert http.post("/api/v1/ack", json={
+        "transactionId": qm[0]["transactionId"], "partitionId": qm[0]["partitionId"],
+        "leaseId": qm[0]["leaseId"], "status": "completed"}).json()[0]["success"]
+    bus = http.get(f"/api/v1/pop/queue/{queue}/partition/h",
+                   params={"wait": "false", "batch": 3, "consumerGroup": "gx"}).json()["messages"]
+    victim = bus[1]
+    for m in bus:
+        assert http.post("/api/v1/ack", json={
+            "transactionId": m["transactionId"], "partitionId": m["partitionId"],
+            "leaseId": m["leaseId"], "consumerGroup": "gx", "error": "bad payload",
+            "status": "dlq" if m is victim else "completed"}).json()[0]["success"]
+    listed = http.get("/api/v1/messages", params={"queue": queue, "status": "dead_letter"}).json()
+    assert [m["transactionId"] for m in listed["messages"]] == [victim["transactionId"]]
+    assert listed["mode"]["type"] == "hybrid"
+    every = {m["transactionId"]: m["status"] for m in http.get(
+        "/api/v1/messages", params={"queue": queue}).json()["messages"]}
+    assert every == {qm[0]["transactionId"]: "completed", victim["transactionId"]: "dead_letter",
+                     bus[2]["transactionId"]: "pending"}
+    detail = http.get(f"/api/v1/messages/{victim['partitionId']}/{victim['transactionId']}").json()
+    assert detail["status"] == "dead_letter" and detail["errorMessage"] == "bad payload"

@@ -30,6 +30,11 @@ READS = [
     ("POST", "/api/v1/locks", {"operations": [{"op": "get", "name": "auth-lock"}]}),
     ("GET", "/api/v1/timers/q-auth/k", None),
     ("GET", "/api/v1/timers/q-auth", None),
+    # the operator views (the key listing is a POST: its cursor is a key)
+    ("GET", "/api/v1/resources/kv/namespaces", None),
+    ("POST", "/api/v1/resources/kv/list", {"namespace": "auth"}),
+    ("GET", "/api/v1/resources/locks", None),
+    ("GET", "/api/v1/resources/timers", None),
 ]
 WRITES = [
     ("POST", "/api/v1/kv", {"operations": [{"op": "get", "ns": "auth", "key": "k"},

@@ -9,6 +9,7 @@ import * as dlq from "/dashboard/js/views/dlq.js";
 import * as messages from "/dashboard/js/views/messages.js";
 import * as maintenance from "/dashboard/js/views/maintenance.js";
 import * as streams from "/dashboard/js/views/streams.js";
+import * as state from "/dashboard/js/views/state.js";
 
 const ROUTES = [
   [/^\/?$/, overview, "overview"],
@@ -19,6 +20,7 @@ const ROUTES = [
   [/^\/messages(?:\/([^/]+)\/([^/]+))?\/?$/, messages, "messages"],
   [/^\/maintenance\/?$/, maintenance, "maintenance"],
   [/^\/streams(?:\/([^/]+))?\/?$/, streams, "streams"],
+  [/^\/state\/?$/, state, "state"],
 ];
 
 let cleanup = null;

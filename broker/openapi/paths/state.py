@@ -72,8 +72,12 @@ OPERATIONS = [
     op("GET", "/api/v1/timers/<queue:str>/<key:path>", tag=TAG, summary="Look at a timer",
        params=(path("queue", "Queue"), path("key", "Timer key")), ok=MAP),
     op("GET", "/api/v1/timers/<queue:str>", tag=TAG, summary="A page of a queue's timers",
+       description="`{rows, truncated, nextAfter}`; with `mode=count` and a non-empty "
+                   "`prefix`, `{queue, prefix, count}`: the pending timers whose key starts "
+                   "with the prefix.",
        params=(path("queue", "Queue"), query("after", "Key to continue after"),
-               q_int("limit", "Page size")), ok=MAP),
+               q_int("limit", "Page size"), query("mode", "list (default) or count"),
+               query("prefix", "With mode=count: the key prefix to count under")), ok=MAP),
 ]
 
 _EPHEMERAL = _refusal("Always: `ephemeral_unsupported` (every message is kept in PostgreSQL)")

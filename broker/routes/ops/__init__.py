@@ -1,5 +1,6 @@
 """Operator routes: resources, consumer groups, messages, traces, status,
-analytics, statistics jobs and metrics (api.md §10–§15)."""
+analytics, statistics jobs and metrics (api.md §10–§15), and the operator views of
+key/value, locks and timers (state)."""
 from __future__ import annotations
 
 from broker.routes.ops import (
@@ -10,6 +11,7 @@ from broker.routes.ops import (
                                message_admin,
                                metrics,
                                resources,
+                               state,
                                stats,
                                status,
                                streams,
@@ -17,5 +19,5 @@ from broker.routes.ops import (
 )
 
 blueprints: list = [stats.bp, resources.bp, consumer_groups.bp, message_admin.bp, traces.bp,
-                    status.bp, analytics.bp, metrics.bp, live.bp, browse.bp,
+                    status.bp, analytics.bp, metrics.bp, live.bp, browse.bp, state.bp,
                     streams.bp]

@@ -27,6 +27,7 @@ from broker.routes.ops.common import (
     pushed_total,
     requests_rate,
 )
+from broker.service import state_ops
 from broker.service.gauges import gauges
 from broker.store import ops
 from broker.store.db import StoreError, StoreUnavailable
@@ -98,9 +99,10 @@ async def metrics_json(request: Request):
     spool = await request.app.ctx.spool.stats()
     try:
         queues = await ops.queue_stats(request.app.ctx.store)
+        state = await state_ops.metric_figures(request.app.ctx)
     except (StoreUnavailable, StoreError) as exc:  # the process figures still answer
         logger.warning("metrics: database figures unavailable: {}", exc)
-        queues = None
+        queues = state = None
     return json({
         "uptime": snap["uptime_s"],
         "requests": {"total": total_requests, "rate": requests_rate.rate(total_requests),
@@ -123,6 +125,8 @@ async def metrics_json(request: Request):
                                               "orderExceptions", "registeredPartitions")},
         # per queue, as of the last stats cycle (null while the database is unreachable)
         "queues": queues,
+        # key/value namespaces, locks, timers: exact now (counters: this broker's)
+        "state": state,
     })
 
 
@@ -138,9 +142,10 @@ async def snapshot(app) -> dict[str, Any]:
         snap["spool"] = None
     try:
         snap["db"] = await ops.metrics_snapshot(app.ctx.store)
+        snap["state"] = await state_ops.metric_figures(app.ctx)
     except (StoreUnavailable, StoreError) as exc:
         logger.warning("metrics: database figures unavailable: {}", exc)
-        snap["db"] = None
+        snap["db"] = snap["state"] = None
     return snap
 
 
@@ -275,6 +280,8 @@ class SnapshotCollector:
                         "Unix time of the query's newest committed cycle (PostgreSQL's clock)",
                         None, ["query"], [([r["name"]], r["last_cycle_at"].timestamp())
                                           for r in streams if r["last_cycle_at"] is not None])
+        if s.get("state") is not None:
+            yield from state_families(s["state"], gauge, counter)
         mesh = g.get("mesh")
         if mesh is not None:
             yield counter("queen_transport_messages", "Mesh frames by direction", ["dir"],
@@ -296,6 +303,38 @@ class SnapshotCollector:
                         1 if mesh.get("tls") else 0)
             yield gauge("queen_mesh_inbound_connections", "Open accepted mesh connections",
                         mesh.get("inbound_connections", 0))
+
+
+def state_families(st: dict[str, Any], gauge, counter):
+    """Key/value, locks and timers (service/state_ops.metric_figures)."""
+    kv, locks, timers = st["kv"], st["locks"], st["timers"]
+    yield gauge("queen_kv_keys", "Live key/value keys per namespace", None, ["namespace"],
+                [([n["namespace"]], n["liveKeys"]) for n in kv])
+    yield gauge("queen_kv_expired_keys",
+                "Key/value rows past their TTL, not yet deleted by the retention job", None,
+                ["namespace"], [([n["namespace"]], n["expired"]) for n in kv])
+    yield gauge("queen_kv_bytes", "JSON bytes of the live values per namespace", None,
+                ["namespace"], [([n["namespace"]], n["bytes"]) for n in kv])
+    yield gauge("queen_locks_held", "Locks and semaphores with at least one live permit",
+                locks["held"])
+    yield gauge("queen_lock_permits_held", "Live lock and semaphore permits", locks["permits"])
+    yield counter("queen_lock_acquires", "Lock acquires that took a permit (this broker)", [],
+                  [([], locks["acquired"])])
+    yield counter("queen_lock_renewals", "Lock renews that got a new token (this broker)", [],
+                  [([], locks["renewed"])])
+    yield counter("queen_lock_refusals",
+                  "Lock operations refused: acquire of a held lock, renew or release of a "
+                  "permit no longer the caller's (this broker)", ["op"],
+                  [(["acquire"], locks["acquireRefused"]), (["renew"], locks["renewRefused"]),
+                   (["release"], locks["releaseRefused"])])
+    yield gauge("queen_timers_pending", "Pending timers per queue", None, ["queue"],
+                [([q["queue"]], q["pending"]) for q in timers["byQueue"]])
+    yield gauge("queen_timers_overdue", "Timers due and not delivered yet, per queue", None,
+                ["queue"], [([q["queue"]], q["overdue"]) for q in timers["byQueue"]])
+    yield counter("queen_timers_delivered", "Timers this broker delivered as messages", [],
+                  [([], timers["delivered"])])
+    yield counter("queen_timers_cancelled", "Timers cancelled through this broker", [],
+                  [([], timers["cancelled"])])
 
 
 def render(snap: dict[str, Any]) -> bytes:

@@ -1,8 +1,9 @@
 -- Streams: POST /streams/v1/cycle in one server-side function, one round trip.
 --
 -- Before this migration a cycle was five statements on one connection (BEGIN,
--- queen_streams.cycle_state_v1, queen.push_ordered, queen.ack_messages,
--- COMMIT). queen_streams.cycle_v1 runs the same three functions, in the same
+-- queen_streams.cycle_state_v1, the push function, the ack function, COMMIT).
+-- queen_streams.cycle_v1 runs cycle_state_v1, queen.push_ordered_v2 and
+-- queen.ack_messages_v2 (what /api/v1/push and /api/v1/ack call), in that
 -- order, inside one statement: the statement is its own transaction, so the
 -- cycle still commits its state ops, its sink pushes and its source ack
 -- together or not at all. It calls the functions /api/v1/push and /api/v1/ack
@@ -31,11 +32,11 @@ CREATE INDEX IF NOT EXISTS streams_shards_partition_idx ON queen_streams.shards 
 --   1. queen_streams.cycle_state_v1 (query and partition known, the shard's
 --      lock, a replayed cycle recognised, the ack widened to the lease's whole
 --      batch, the state ops). status <> 'ok': returned as is, nothing written.
---   2. queen.push_ordered in direct mode (p_replay false) for the sink pushes
+--   2. queen.push_ordered_v2 in direct mode (p_replay false) for the sink pushes
 --      (p_idx NULL or empty: none). An item answered 'held' (a spool holds its
 --      partition) raises SQLSTATE QSH01 (detail: the item's idx): a cycle
 --      cannot wait in a spool, so everything is rolled back.
---   3. queen.ack_messages for the source ack (p_ack_txid NULL: none), failed
+--   3. queen.ack_messages_v2 for the source ack (p_ack_txid NULL: none), failed
 --      acks straight to the DLQ. An ack it refuses (lease, message) raises
 --      SQLSTATE QSA01 with its error as the message: everything is rolled back.
 --   4. The shard's row in queen_streams.shards.
@@ -73,7 +74,7 @@ BEGIN
         SELECT array_agg(x.idx ORDER BY x.idx), array_agg(x.message_id ORDER BY x.idx),
                array_agg(x.status ORDER BY x.idx), min(x.idx) FILTER (WHERE x.status = 'held')
         INTO push_idx, push_message_id, push_status, held
-        FROM queen.push_ordered(p_idx, p_queue, p_push_partition, p_id, p_txid, p_trace,
+        FROM queen.push_ordered_v2(p_idx, p_queue, p_push_partition, p_id, p_txid, p_trace,
                                 p_payload, p_encrypted, p_sub, p_accept, p_server, false,
                                 NULL, p_wait_ms) AS x;
         IF held IS NOT NULL THEN
@@ -83,7 +84,7 @@ BEGIN
     END IF;
 
     IF p_ack_txid IS NOT NULL THEN
-        SELECT * INTO ar FROM queen.ack_messages(
+        SELECT * INTO ar FROM queen.ack_messages_v2(
             ARRAY[0], ARRAY[st.ack_txid], ARRAY[p_partition], ARRAY[p_ack_status],
             ARRAY[p_ack_error], ARRAY[p_group], ARRAY[p_lease], true);
         IF NOT ar.success THEN
