@@ -57,6 +57,14 @@ class Telemetry:
 
     latency_hooks: list = field(default_factory=list)
 
+    def stream_cycle_committed(self, seconds: float) -> None:
+        """A committed cycle and how long its statement took (pool wait included)."""
+        self.stream_cycles["committed"] += 1
+        for hook in self.cycle_hooks:
+            hook(seconds)
+
+    cycle_hooks: list = field(default_factory=list)
+
     def count(self, queue: str | None, name: str, n: float = 1) -> None:
         """Bump the per-queue counter ``name`` (and the worker-wide one)."""
         if not n:

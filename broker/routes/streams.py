@@ -116,7 +116,8 @@ async def list_queries(request: Request):
          "sink_queue": r["sink_queue"], "config_hash": r["config_hash"],
          "created_at": iso_milli(r["created_at"]), "updated_at": iso_milli(r["updated_at"]),
          "state": {"rows": r["state_rows"], "bytes": r["state_bytes"],
-                   "partitions": r["partitions"], "last_update": iso_milli(r["last_state_at"])}}
+                   "partitions": r["state_partitions"],
+                   "last_update": iso_milli(r["last_state_at"])}}
         for r in rows]})
 
 

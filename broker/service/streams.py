@@ -2,14 +2,14 @@
 state reads, and the cycle, which commits a batch's state ops, its sink pushes and its
 source ack in one PostgreSQL transaction, or nothing of them.
 
-The cycle reuses the transaction route's parts: ``run_transaction`` (the push and ack
-statements of /api/v1/push and /api/v1/ack, failed acks straight to the DLQ, reruns on
-deadlock), ``to_rows`` (message ids, encryption), the wakes after commit. Its own first
-statement (``cycle_state``) applies the state ops and decides what the ack covers.
+The cycle is one statement (``queen_streams.cycle_v1``), its own transaction: it runs the
+push and ack functions of /api/v1/push and /api/v1/ack inside it (dedup, commit-order
+positions, lease validation, failed acks straight to the DLQ). Here: ``to_rows`` (message
+ids, encryption) before it, the wakes and counters after its commit.
 """
 from __future__ import annotations
 
-import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,7 @@ from broker.service.ack import leases_released, refuse_held
 from broker.service.context import BrokerContext
 from broker.service.push import to_rows, wake_after_commit
 from broker.store import streams as store
-from broker.store.db import AckRow, TransactionAborted, run_transaction
+from broker.store.db import AckRow, TransactionAborted
 from broker.store.streams import StateOp, StateRead
 from broker.telemetry import telemetry
 from broker.wire import PushItem
@@ -35,7 +35,8 @@ async def delete_query(ctx: BrokerContext, name: str) -> str | None:
 
 
 async def list_queries(ctx: BrokerContext) -> list[Any]:
-    return await store.list_queries(ctx.store)
+    """Every query with its state size (the figures of the operator's view)."""
+    return await store.streams_status(ctx.store)
 
 
 async def read_state(ctx: BrokerContext, read: StateRead) -> list[dict[str, Any]]:
@@ -55,14 +56,12 @@ class CycleRequest:
     release_lease: bool
 
 
-class UnknownTarget(TransactionAborted):
+class UnknownTarget(Exception):
     """The cycle names a query or a source partition that does not exist: nothing done."""
 
-
-class _Replayed(Exception):
-    """The cycle was committed before (a retry whose answer was lost, or another worker
-    took the batch over): its ack is at or behind the cursor, or, without an ack, every
-    state row it deletes is gone. Nothing more is written."""
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -78,60 +77,50 @@ async def cycle(ctx: BrokerContext, req: CycleRequest, producer_sub: str | None)
     """State ops, sink pushes, source ack: committed together or not at all. A sink push
     to a partition a spool still holds is refused (PartitionHeld, a 503), as for
     /api/v1/transaction: a cycle cannot wait in the spool. PostgreSQL unreachable:
-    StoreUnavailable (503), nothing spooled."""
+    StoreUnavailable (503), nothing spooled. A cycle already committed (a retry whose
+    answer was lost, or another worker took the batch over: its ack is at or behind the
+    cursor, or, without an ack, every state row it deletes is gone) writes nothing more."""
     refuse_held(ctx, req.pushes)
     rows = await to_rows(ctx, req.pushes, producer_sub) if req.pushes else []
-    steps: list[tuple[str, list]] = [("push", rows)] if rows else []
-    applied = 0
     ack = req.ack
-
-    async def prelude(conn) -> None:
-        nonlocal applied
-        whole = (ack is not None and req.release_lease and ack.status in ("completed", "success"))
-        state = await store.cycle_state(
-            conn, req.query_id, req.partition_id, req.ops, req.group,
-            ack.transaction_id if ack else None, ack.lease_id if ack else None, whole)
-        if state["status"] == "unknown_query":
-            raise UnknownTarget(f"unknown query_id {req.query_id}")
-        if state["status"] == "unknown_partition":
-            raise UnknownTarget(f"unknown partition_id {req.partition_id}")
-        if state["status"] == "replayed":
-            raise _Replayed()
-        applied = state["applied"]
-        if ack is not None:
-            # The ack step always comes last; it covers what cycle_state decided.
-            row = dataclasses.replace(ack, transaction_id=state["ack_txid"])
-            if steps and steps[-1][0] == "ack":
-                steps[-1] = ("ack", [row])
-            else:
-                steps.append(("ack", [row]))
-
+    whole = ack is not None and req.release_lease and ack.status in ("completed", "success")
+    started = time.perf_counter()
     try:
-        results = await run_transaction(ctx.store, steps, [], before=prelude)
-    except _Replayed:
+        res = await store.cycle(ctx.store, req.query_id, req.partition_id, req.ops, req.group,
+                                ack, whole, rows)
+    except TransactionAborted as aborted:
+        telemetry.stream_cycles["rolled_back"] += 1
+        return CycleOutcome(0, [], None, error=aborted.reason)
+    if res.status == "unknown_query":
+        raise UnknownTarget(f"unknown query_id {req.query_id}")
+    if res.status == "unknown_partition":
+        raise UnknownTarget(f"unknown partition_id {req.partition_id}")
+    if res.status == "replayed":
         telemetry.stream_cycles["replayed"] += 1
         return CycleOutcome(0, [], None if ack is None else {
             "success": True, "lease_released": False, "dlq": False,
             "already_acknowledged": True}, replayed=True)
-    except UnknownTarget:
-        raise  # the route answers 404
-    except TransactionAborted as aborted:
-        telemetry.stream_cycles["rolled_back"] += 1
-        return CycleOutcome(0, [], None, error=aborted.reason)
-    pushed: list[tuple[PushItem, Any]] = []
+    telemetry.stream_cycle_committed(time.perf_counter() - started)
+    pushed = list(zip(req.pushes, res.pushed))
     ack_out = None
-    for (kind, step_rows), res in zip(steps, results):
-        if kind == "push":
-            pushed = list(zip(req.pushes, res))
-        else:
-            leases_released(ctx, step_rows, res)
-            r = res[0]
-            ack_out = {"success": r["success"], "lease_released": r["lease_released"],
-                       "dlq": r["dlq"]}
+    if ack is not None and res.ack is not None:
+        leases_released(ctx, [ack], [res.ack])
+        ack_out = {k: res.ack[k] for k in ("success", "lease_released", "dlq")}
+        telemetry.messages["dlq" if ack_out["dlq"] else "acked_" + ack.status] += 1
     wake_after_commit(ctx, {(i.queue, i.partition) for i, r in pushed if r["status"] == "queued"})
-    telemetry.stream_cycles["committed"] += 1
     for _item, r in pushed:  # counted like /api/v1/push and /api/v1/ack count theirs
         telemetry.messages[r["status"]] += 1
-    if ack_out is not None and ack is not None:
-        telemetry.messages["dlq" if ack_out["dlq"] else "acked_" + ack.status] += 1
-    return CycleOutcome(applied, pushed, ack_out)
+    return CycleOutcome(res.applied, pushed, ack_out)
+
+
+async def status(ctx: BrokerContext) -> list[Any]:
+    """The operator's view: every query with its state size and committed cycles."""
+    return await store.streams_status(ctx.store)
+
+
+async def status_of(ctx: BrokerContext, name: str, limit: int) -> tuple[Any, list[Any]] | None:
+    """One query's figures and its partitions (largest state first); None: no such query."""
+    rows = await store.streams_status(ctx.store, name)
+    if not rows:
+        return None
+    return rows[0], await store.stream_partitions(ctx.store, rows[0]["id"], limit)

@@ -12,7 +12,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import ujson
@@ -541,9 +541,19 @@ async def run_transaction(store: Store, steps: list[tuple[str, list]],
     ``before`` runs after the lease check and before the first step, ``after``
     after the last step, both inside the same PostgreSQL transaction.
     """
+    return await rerun_on_conflict(
+        lambda: _transaction_once(store, steps, required_leases, before, after))
+
+
+T = TypeVar("T")
+
+
+async def rerun_on_conflict(once: Callable[[], Awaitable[T]]) -> T:
+    """Run a transaction (``once``), again when PostgreSQL aborted it for a deadlock or a
+    serialization failure (StoreConflict), at most three times; then StoreBusy (a 503)."""
     for attempt in range(3):
         try:
-            return await _transaction_once(store, steps, required_leases, before, after)
+            return await once()
         except StoreConflict:
             # Two transactions locked partitions and cursors in opposite orders;
             # PostgreSQL aborted this one, so nothing was committed: run it again.

@@ -342,7 +342,7 @@ async def metrics_snapshot(store: Store) -> dict:
         queues = await conn.fetch(q.QUEUE_STATS_ROWS)
         dlq = await conn.fetch(q.DLQ_BY_QUEUE)
         leases = await conn.fetchval(q.LIVE_LEASE_COUNT)
-        streams = await conn.fetch(streams_sql.QUERY_LIST)
+        streams = await conn.fetch(streams_sql.STREAMS_STATUS, None)
     return {"queues": {r["queue"]: queue_figures(r) for r in queues},
             "dlq": [(r["queue"], r["n"]) for r in dlq], "leases": leases,
-            "streams": [(r["name"], r["state_rows"], r["state_bytes"]) for r in streams]}
+            "streams": [dict(r) for r in streams]}

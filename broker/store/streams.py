@@ -1,7 +1,6 @@
 """Store functions of the /streams/v1 routes (SQL in streams_sql.py). Each takes the
-:class:`~broker.store.db.Store`; errors map like every other store call. A cycle runs
-through :func:`broker.store.db.run_transaction`, with :func:`cycle_state` as its first
-statement."""
+:class:`~broker.store.db.Store`; errors map like every other store call. Each is one
+statement, one round trip; a cycle's is its own transaction (:func:`cycle`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -11,7 +10,16 @@ from typing import Any
 import asyncpg
 
 from broker.store import streams_sql as q
-from broker.store.db import Store, _mapped_errors
+from broker.store.db import (
+    AckRow,
+    PartitionHeld,
+    PushRow,
+    Store,
+    TransactionAborted,
+    _mapped_errors,
+    now_us,
+    rerun_on_conflict,
+)
 
 
 @dataclass(frozen=True)
@@ -43,20 +51,51 @@ async def delete_query(store: Store, name: str) -> str | None:
     return None if gone is None else str(gone)
 
 
-async def list_queries(store: Store) -> list[asyncpg.Record]:
-    async with store.connection() as conn:
-        return await conn.fetch(q.QUERY_LIST)
+@dataclass(frozen=True)
+class CycleResult:
+    status: str                   # ok | replayed | unknown_query | unknown_partition
+    applied: int                  # state ops applied
+    pushed: list[dict[str, Any]]  # per sink push, in input order: message_id, status
+    ack: dict[str, Any] | None    # success, lease_released, dlq, queue_name, partition_name
 
 
-async def cycle_state(conn: asyncpg.Connection, query_id: str, partition_id: str,
-                      ops: Sequence[StateOp], group: str, ack_txid: str | None,
-                      lease_id: str | None, whole_batch: bool) -> asyncpg.Record:
-    """The cycle's first statement, inside its transaction (see streams_sql.CYCLE_STATE)."""
-    with _mapped_errors():
-        return await conn.fetchrow(
-            q.CYCLE_STATE, query_id, partition_id, [o.type for o in ops], [o.key for o in ops],
+async def cycle(store: Store, query_id: str, partition_id: str, ops: Sequence[StateOp],
+                group: str, ack: AckRow | None, whole_batch: bool,
+                pushes: Sequence[PushRow]) -> CycleResult:
+    """One cycle in one statement (streams_sql.CYCLE), its own transaction, rerun after a
+    deadlock. Raises PartitionHeld (a sink partition a spool holds) or TransactionAborted
+    (the ack refused: its reason); either way nothing was committed."""
+    (idx, queues, partitions, ids, txids, traces, payloads, encrypted, subs, accept, server,
+     _replay, _next, wait_ms) = store._push_args(pushes, [now_us()] * len(pushes), False, None)
+    args = (query_id, partition_id, [o.type for o in ops], [o.key for o in ops],
             [o.value_json for o in ops],  # JSON text, cast to jsonb in SQL
-            group, ack_txid, lease_id, whole_batch)
+            group, ack.transaction_id if ack else None, ack.lease_id if ack else None,
+            whole_batch, ack.status if ack else None, ack.error if ack else None,
+            idx, queues, partitions, ids, txids, traces, payloads, encrypted, subs, accept,
+            server, wait_ms)
+
+    async def once() -> asyncpg.Record:
+        async with store.connection() as conn:
+            with _mapped_errors():
+                try:
+                    return await conn.fetchrow(q.CYCLE, *args)
+                except asyncpg.exceptions.PostgresError as exc:
+                    if exc.sqlstate == q.CYCLE_HELD:
+                        item = pushes[int(getattr(exc, "detail", None) or 0)]
+                        raise PartitionHeld(item.queue, item.partition) from None
+                    if exc.sqlstate == q.CYCLE_ACK_REFUSED:
+                        raise TransactionAborted(str(getattr(exc, "message", exc))) from None
+                    raise
+
+    row = await rerun_on_conflict(once)
+    pushed = [{"message_id": m, "status": st}
+              for m, st in zip(row["push_message_id"] or [], row["push_status"] or [])]
+    out = None
+    if row["ack_success"] is not None:
+        out = {"success": row["ack_success"], "lease_released": row["ack_lease_released"],
+               "dlq": row["ack_dlq"], "queue_name": row["ack_queue"],
+               "partition_name": row["ack_partition"]}
+    return CycleResult(row["status"], row["applied"], pushed, out)
 
 
 async def read_state(store: Store, reads: Sequence[StateRead]) -> list[list[dict[str, Any]]]:
@@ -73,3 +112,15 @@ async def read_state(store: Store, reads: Sequence[StateRead]) -> list[list[dict
         out[row["idx"]].append({"key": row["key"], "value": row["value"],
                                 "updated_at": row["updated_at"]})
     return out
+
+
+async def streams_status(store: Store, name: str | None = None) -> list[asyncpg.Record]:
+    """Every query (or the one named) with its state size and committed cycles."""
+    async with store.connection() as conn:
+        return await conn.fetch(q.STREAMS_STATUS, name)
+
+
+async def stream_partitions(store: Store, query_id: Any, limit: int) -> list[asyncpg.Record]:
+    """A query's partitions with state or cycles, largest state first."""
+    async with store.connection() as conn:
+        return await conn.fetch(q.STREAM_PARTITIONS, query_id, limit)

@@ -651,7 +651,10 @@ def test_prometheus_render_with_mesh():
             "process": {}, "pool_waiting": 0, "spool": None,
             "db": {"queues": {"q": {"total": 6, "pending": 3, "processing": 1, "completed": 0,
                                     "deadLetter": 2}},
-                   "dlq": [("q", 2)], "leases": 1, "streams": [("sums", 4, 512)]}}
+                   "dlq": [("q", 2)], "leases": 1,
+                   "streams": [{"name": "sums", "state_rows": 4, "state_bytes": 512,
+                                "state_partitions": 2, "cycle_partitions": 2, "cycles": 9,
+                                "last_cycle_at": None}]}}
     families = {f.name: f for f in text_string_to_metric_families(render(snap).decode())}
     sent = {s.labels["dir"]: s.value for s in families["queen_transport_messages"].samples
             if s.name.endswith("_total")}
@@ -666,6 +669,10 @@ def test_prometheus_render_with_mesh():
         "sums": 4}
     assert [s.value for s in families["queen_stream_cycles"].samples
             if s.name.endswith("_total")] == [7]
+    assert [s.value for s in families["queen_stream_query_cycles"].samples
+            if s.name.endswith("_total")] == [9]
+    assert "queen_stream_last_cycle_timestamp_seconds" not in families or not \
+        families["queen_stream_last_cycle_timestamp_seconds"].samples  # no cycle yet
 
 
 async def test_counters_come_from_stats_table_once_populated(fresh_database):

@@ -477,3 +477,46 @@ def test_queries_and_state_sizes_in_prometheus(http, shard):
     assert f'queen_stream_state_bytes{{query="{name}"}}' in text
     assert 'queen_stream_cycles_total{outcome="committed"}' in text
     assert 'queen_stream_cycles_total{outcome="replayed"}' in text
+
+
+def test_a_sink_push_to_a_held_partition_is_503_and_rolls_the_cycle_back(http, database,
+                                                                         shard):
+    """A peer's spool holds the sink partition (a live peer's queen.spool_backlog row): the
+    cycle's push inside cycle_v1 answers held, which rolls back the state ops, the push and
+    the ack it had applied before, and nothing is registered or spooled for this broker: a
+    503 with Retry-After. Once the peer's backlog is gone the same cycle commits."""
+    import asyncio
+
+    import asyncpg
+
+    peer = f"held-peer-{uuid.uuid4().hex[:8]}"
+
+    async def sql(statement: str, *args) -> None:
+        conn = await asyncpg.connect(database.dsn)
+        try:
+            await conn.execute(statement, *args)
+        finally:
+            await conn.close()
+
+    asyncio.run(sql("INSERT INTO queen.spool_servers (server_id) VALUES ($1)", peer))
+    asyncio.run(sql("""INSERT INTO queen.spool_backlog
+        (queue_name, partition_name, server_id, oldest_accept_us) VALUES ($1, 'p1', $2, 1)""",
+                    shard["sink"], peer))
+    try:
+        spooled = http.get("/metrics").json()["spool"]["pendingCount"]
+        r = http.post("/streams/v1/cycle", json=cycle_body(shard))
+        assert r.status_code == 503, r.text
+        assert r.headers.get("Retry-After")
+        assert f"{shard['sink']}/p1" in r.json()["error"] and "spool" in r.json()["error"]
+        assert state(http, shard["query_id"], shard["partition_id"]) == {}
+        assert sink_count(database, shard["sink"]) == 0
+        assert cursor(database, shard["partition_id"], shard["group"]) == 0
+        assert db_val(database, """SELECT count(*) FROM queen.spool_backlog
+            WHERE queue_name = $1 AND server_id <> $2""", shard["sink"], peer) == 0
+        assert http.get("/metrics").json()["spool"]["pendingCount"] == spooled
+    finally:
+        asyncio.run(sql("DELETE FROM queen.spool_backlog WHERE server_id = $1", peer))
+        asyncio.run(sql("DELETE FROM queen.spool_servers WHERE server_id = $1", peer))
+    r = http.post("/streams/v1/cycle", json=cycle_body(shard))
+    assert r.json()["success"] is True, r.text
+    assert sink_count(database, shard["sink"]) == 1

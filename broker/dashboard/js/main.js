@@ -8,6 +8,7 @@ import * as groups from "/dashboard/js/views/groups.js";
 import * as dlq from "/dashboard/js/views/dlq.js";
 import * as messages from "/dashboard/js/views/messages.js";
 import * as maintenance from "/dashboard/js/views/maintenance.js";
+import * as streams from "/dashboard/js/views/streams.js";
 import * as state from "/dashboard/js/views/state.js";
 
 const ROUTES = [
@@ -18,6 +19,7 @@ const ROUTES = [
   [/^\/dlq\/?$/, dlq, "dlq"],
   [/^\/messages(?:\/([^/]+)\/([^/]+))?\/?$/, messages, "messages"],
   [/^\/maintenance\/?$/, maintenance, "maintenance"],
+  [/^\/streams(?:\/([^/]+))?\/?$/, streams, "streams"],
   [/^\/state\/?$/, state, "state"],
 ];
 

@@ -7,6 +7,7 @@ from broker.openapi.builder import (
     FROM,
     INT,
     MAP,
+    NSTR,
     STR,
     TO,
     arr,
@@ -16,6 +17,7 @@ from broker.openapi.builder import (
     q_int,
     query,
 )
+from broker.openapi.paths.streams import STREAM_QUERY
 
 TAG = "Status and analytics"
 
@@ -90,4 +92,23 @@ OPERATIONS = [
        ok=obj({"timestamp": STR, "database": STR, "databaseCache": MAP,
                "tableCache": arr(MAP), "indexCache": arr(MAP), "cacheSummary": MAP},
               ["timestamp", "database"])),
+    op("GET", "/api/v1/status/streams", tag=TAG,
+       summary="Streaming queries with their state sizes and committed cycles",
+       description="Per query: `state` (rows, stored bytes of the values, partitions holding "
+                   "state, newest write) and `cycles` (committed, partitions that committed "
+                   "one, newest commit time, cluster-wide).",
+       ok=obj({"queries": arr(STREAM_QUERY), "totals": obj({
+           "queries": INT, "stateRows": INT, "stateBytes": INT, "cycles": INT})},
+              ["queries", "totals"])),
+    op("GET", "/api/v1/status/streams/<name:str>", tag=TAG,
+       summary="One streaming query and its source partitions, largest state first",
+       params=(path("name", "Query name"),
+               q_int("limit", "At most this many partitions (1-1000)", 100)),
+       errors=(404,),
+       ok=obj({"query": STREAM_QUERY, "partitions": arr(obj({
+           "partitionId": STR, "queue": STR, "partition": STR,
+           "state": obj({"rows": INT, "bytes": INT, "lastUpdateAt": NSTR}),
+           "cycles": obj({"committed": INT, "lastCycleAt": NSTR})},
+           ["partitionId", "queue", "partition", "state", "cycles"]))},
+              ["query", "partitions"])),
 ]

@@ -27,6 +27,17 @@ def _answer(description: str) -> dict:
             "content": {"application/json": {"schema": _FAILED}}}
 
 
+STREAM_QUERY = obj({
+    "queryId": STR, "name": STR, "sourceQueue": STR, "sinkQueue": NSTR, "configHash": STR,
+    "createdAt": STR, "updatedAt": STR,
+    "state": obj({"rows": INT, "bytes": INT, "partitions": INT, "lastUpdateAt": NSTR},
+                 ["rows", "bytes", "partitions"]),
+    "cycles": obj({"committed": INT, "partitions": INT, "lastCycleAt": NSTR},
+                  ["committed", "partitions"])},
+    ["queryId", "name", "sourceQueue", "state", "cycles"])
+"""A query in the operator's view (GET /api/v1/status/streams, documented with the status
+routes)."""
+
 OPERATIONS = [
     op("POST", "/streams/v1/queries", tag=TAG, summary="Register a streaming query",
        description="Idempotent per name. The same name with another `config_hash` is a 409 "

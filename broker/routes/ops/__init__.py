@@ -14,8 +14,10 @@ from broker.routes.ops import (
                                state,
                                stats,
                                status,
+                               streams,
                                traces,
 )
 
 blueprints: list = [stats.bp, resources.bp, consumer_groups.bp, message_admin.bp, traces.bp,
-                    status.bp, analytics.bp, metrics.bp, live.bp, browse.bp, state.bp]
+                    status.bp, analytics.bp, metrics.bp, live.bp, browse.bp, state.bp,
+                    streams.bp]

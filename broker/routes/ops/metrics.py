@@ -50,6 +50,15 @@ def _observe(route: str, seconds: float) -> None:
 if _observe not in telemetry.latency_hooks:
     telemetry.latency_hooks.append(_observe)
 
+CYCLE_DURATION = Histogram(
+    "queen_stream_cycle_duration_seconds",
+    "Committed streams cycles on this broker: time of the one cycle statement, pool wait "
+    "included", registry=None,
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+
+if CYCLE_DURATION.observe not in telemetry.cycle_hooks:
+    telemetry.cycle_hooks.append(CYCLE_DURATION.observe)
+
 _process = psutil.Process(os.getpid())
 
 
@@ -148,6 +157,17 @@ QUEUE_GAUGES = (
     ("deadLetter", "queen_queue_dead_letter", "Dead-lettered messages per queue (stats table)"),
 )
 """Per-queue gauges: the figures of broker/store/figures_sql.py, as of the last stats cycle."""
+
+
+STREAM_GAUGES = (
+    ("state_rows", "queen_stream_state_rows", "State rows per streaming query"),
+    ("state_bytes", "queen_stream_state_bytes", "Stored bytes of state values per query"),
+    ("state_partitions", "queen_stream_state_partitions",
+     "Source partitions holding state, per streaming query"),
+    ("cycle_partitions", "queen_stream_cycle_partitions",
+     "Source partitions that committed a cycle, per streaming query"),
+)
+"""Per-query gauges: the figures of /api/v1/status/streams (streams_sql.STREAMS_STATUS)."""
 
 
 class SnapshotCollector:
@@ -249,12 +269,17 @@ class SnapshotCollector:
             yield gauge("queen_dlq_depth_by_queue", "Dead letters per queue", None, ["queue"],
                         [([q], n) for q, n in db["dlq"]])
             yield gauge("queen_leases_active", "Live (partition, group) leases", db["leases"])
-            yield gauge("queen_stream_queries", "Registered streaming queries",
-                        len(db["streams"]))
-            yield gauge("queen_stream_state_rows", "State rows per streaming query", None,
-                        ["query"], [([n], rows) for n, rows, _b in db["streams"]])
-            yield gauge("queen_stream_state_bytes", "Stored bytes of state values per query",
-                        None, ["query"], [([n], b) for n, _rows, b in db["streams"]])
+            streams = db["streams"]
+            yield gauge("queen_stream_queries", "Registered streaming queries", len(streams))
+            for key, name, doc in STREAM_GAUGES:
+                yield gauge(name, doc, None, ["query"], [([r["name"]], r[key]) for r in streams])
+            yield counter("queen_stream_query_cycles", "Committed cycles per streaming query "
+                          "(every broker's, from PostgreSQL)", ["query"],
+                          [([r["name"]], r["cycles"]) for r in streams])
+            yield gauge("queen_stream_last_cycle_timestamp_seconds",
+                        "Unix time of the query's newest committed cycle (PostgreSQL's clock)",
+                        None, ["query"], [([r["name"]], r["last_cycle_at"].timestamp())
+                                          for r in streams if r["last_cycle_at"] is not None])
         if s.get("state") is not None:
             yield from state_families(s["state"], gauge, counter)
         mesh = g.get("mesh")
@@ -316,6 +341,7 @@ def render(snap: dict[str, Any]) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(snap))
     registry.register(REQUEST_DURATION)
+    registry.register(CYCLE_DURATION)
     return generate_latest(registry)
 
 
