@@ -342,7 +342,7 @@ def test_every_page_loads_without_console_errors(dash, page):
     ack(dash.url, m, "dlq", group)
     routes = ["#/", "#/queues", f"#/queues/{q}", "#/groups", f"#/groups/{group}/{q}", "#/dlq",
               f"#/messages?queue={q}&partition=a", f"#/messages/{m['partitionId']}/{m['transactionId']}",
-              "#/maintenance", "#/no-such-page"]
+              "#/maintenance", "#/streams", "#/state", "#/no-such-page"]
     for route in routes:
         page.goto(f"{dash.url}/{route}")
         # the view has rendered once (its first data loaded); a hash change is no navigation
