@@ -55,7 +55,10 @@ def _p99_below(limit_ms: float, pick: Callable[[dict], dict | None]) -> Check:
         p99 = stats.get("p99")
         if p99 is None:
             return None
-        return f"p50 {stats['p50']:.1f} / p99 {p99:.1f} ms", p99 / limit_ms, p99 < limit_ms
+        text = f"p50 {stats['p50']:.1f} / p99 {p99:.1f} ms"
+        if "parked_seen" in res:  # herd: how many were parked when the pushes ran
+            text += f" ({res['parked_seen']:,} parked)"
+        return text, p99 / limit_ms, p99 < limit_ms
     return check
 
 
