@@ -83,8 +83,14 @@ def _partitions_push(batch: int) -> Check:
         r = next(iter(_largest(rows, "partitions")), None)
         if r is None or r.get("ratio_to_16") is None:
             return None
-        return (f"{r['msgs_per_s']:,.0f} msg/s at {r['partitions']:,} partitions",
-                r["ratio_to_16"], r["ratio_to_16"] >= 0.8)
+        base = next((x for x in res.get("push", []) if x["batch"] == batch
+                     and x["partitions"] == 16), None)
+        text = f"{r['msgs_per_s']:,.0f} msg/s at {r['partitions']:,} partitions"
+        cpu = (r.get("broker") or {}).get("broker_cpu_ms_per_1000")
+        cpu16 = ((base or {}).get("broker") or {}).get("broker_cpu_ms_per_1000")
+        if cpu is not None and cpu16 is not None:
+            text += f"; broker CPU {cpu:.0f} vs {cpu16:.0f} ms/1k at 16"
+        return text, r["ratio_to_16"], r["ratio_to_16"] >= 0.8
     return check
 
 

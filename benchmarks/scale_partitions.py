@@ -57,7 +57,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="partitions: concurrent wildcard consumers")
     ap.add_argument("--wildcard-batch", type=int, default=10,
                     help="partitions: batch of one wildcard pop")
-    ap.add_argument("--wildcard-cap-s", type=float, default=180.0,
+    ap.add_argument("--wildcard-cap-s", type=float, default=300.0,
                     help="partitions: longest wait for every pending partition to be served")
 
 
