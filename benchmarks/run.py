@@ -734,6 +734,7 @@ async def consume_group(url: str, queue: str, partition: str, group: str,
                                  f"?consumerGroup={group}&batch=500&wait=false")
             if r.status_code not in (200, 204):
                 errors += 1
+                log(f"consume {group} {partition}: pop HTTP {r.status_code}: {r.text[:200]}")
                 break
             messages = (r.json().get("messages") or []) if r.content else []
             if not messages:
@@ -745,6 +746,7 @@ async def consume_group(url: str, queue: str, partition: str, group: str,
                 {"acknowledgments": acks, "consumerGroup": group}))
             if a.status_code != 200:
                 errors += 1
+                log(f"consume {group} {partition}: ack HTTP {a.status_code}: {a.text[:200]}")
                 break
     return seen, errors
 
