@@ -725,13 +725,21 @@ def order_breaks(stored: list[str], index: dict[str, int]) -> list[tuple[str, st
 async def consume_group(url: str, queue: str, partition: str, group: str,
                         deadline: float) -> tuple[list[str], int]:
     """Every transactionId one consumer group gets from one partition over HTTP (pop batch 500,
-    then ack the batch), in delivery order; and the number of non-200 answers."""
+    then ack the batch), in delivery order; and the number of failed answers.  A pop answered
+    503 (the broker's "database unavailable, retry later": with DB_CONNECTION_TIMEOUT=500 a
+    pool acquire under load can time out after PostgreSQL is back) is retried after 0.5 s, as
+    a client honouring Retry-After would, until the deadline, and so is an ack answered 503;
+    any other non-200 answer stops the partition."""
     seen: list[str] = []
     errors = 0
     async with RawHTTPClient(url, 1) as client:
         while time.perf_counter() < deadline:
             r = await client.get(f"/api/v1/pop/queue/{queue}/partition/{partition}"
                                  f"?consumerGroup={group}&batch=500&wait=false")
+            if r.status_code == 503:
+                log(f"consume {group} {partition}: pop HTTP 503 ({r.text[:120]}), retrying")
+                await asyncio.sleep(0.5)
+                continue
             if r.status_code not in (200, 204):
                 errors += 1
                 log(f"consume {group} {partition}: pop HTTP {r.status_code}: {r.text[:200]}")
@@ -742,8 +750,11 @@ async def consume_group(url: str, queue: str, partition: str, group: str,
             seen += [m["transactionId"] for m in messages]
             acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"],
                      "leaseId": m["leaseId"], "status": "completed"} for m in messages]
-            a = await client.post("/api/v1/ack/batch", headers=JSON_HEADERS, content=json.dumps(
-                {"acknowledgments": acks, "consumerGroup": group}))
+            body = json.dumps({"acknowledgments": acks, "consumerGroup": group})
+            a = await client.post("/api/v1/ack/batch", headers=JSON_HEADERS, content=body)
+            while a.status_code == 503 and time.perf_counter() < deadline:
+                await asyncio.sleep(0.5)  # the same ack again (the lease is still ours)
+                a = await client.post("/api/v1/ack/batch", headers=JSON_HEADERS, content=body)
             if a.status_code != 200:
                 errors += 1
                 log(f"consume {group} {partition}: ack HTTP {a.status_code}: {a.text[:200]}")
