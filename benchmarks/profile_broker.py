@@ -128,7 +128,7 @@ async def profile(args: argparse.Namespace) -> int:
         broker = Broker(db)
         summary: dict = {}
         try:
-            run.CLIENT = "raw"
+            run.loadgen.set_client("raw")
             await run.http_push(broker.url, "prof-warmup", run.Rows(500, 16), 1, 16, 30, "warm")
             for name in args.names:
                 queue = f"prof-pop-{uuid.uuid4().hex[:6]}"
