@@ -216,6 +216,17 @@ class Rows:
 JSON_HEADERS = {"content-type": "application/json"}
 
 
+async def ack_completed(client: Any, messages: list[dict], group: str | None = None) -> Any:
+    """``POST /api/v1/ack/batch`` marking every popped message of ``messages`` completed
+    under its lease (in ``group`` when given); the response."""
+    body: dict[str, Any] = {"acknowledgments": [
+        {"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+         "leaseId": m["leaseId"], "status": "completed"} for m in messages]}
+    if group is not None:
+        body["consumerGroup"] = group
+    return await client.post("/api/v1/ack/batch", headers=JSON_HEADERS, content=json.dumps(body))
+
+
 async def http_push(url: str, queue: str, rows: Rows, batch: int, concurrency: int,
                     cap_s: float, label: str) -> Phase:
     chunks = rows.chunks(batch)
@@ -298,11 +309,7 @@ async def http_pop_ack(url: str, queue: str, n: int, batch: int, concurrency: in
                         phase.empty += 1
                         await asyncio.sleep(0.002)
                         continue
-                    acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"],
-                             "leaseId": m["leaseId"], "status": "completed"} for m in messages]
-                    r = await client.post("/api/v1/ack/batch",
-                                          content=json.dumps({"acknowledgments": acks}),
-                                          headers=JSON_HEADERS)
+                    r = await ack_completed(client, messages)
                     phase.requests += 1
                     if r.status_code != 200:
                         phase.error(f"ack HTTP {r.status_code}: {r.text}")

@@ -67,6 +67,7 @@ from _loadgen import (  # noqa: E402
     THROUGHPUT_HEADERS,
     Env,
     Rows,
+    ack_completed,
     broker_summary,
     check_phases,
     fmt_ms,
@@ -1230,11 +1231,7 @@ async def bench_herd(args: argparse.Namespace, failures: list[str]) -> dict:
                         delivered[m["transactionId"]] = delivered.get(m["transactionId"], 0) + 1
                         arrived.set()
                     if msgs:
-                        acks = [{"transactionId": m["transactionId"],
-                                 "partitionId": m["partitionId"], "leaseId": m["leaseId"],
-                                 "status": "completed"} for m in msgs]
-                        await pops.post("/api/v1/ack/batch", headers=JSON_HEADERS,
-                                        content=json.dumps({"acknowledgments": acks}))
+                        await ack_completed(pops, msgs)
 
             lanes: list[asyncio.Task] = []
             try:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 import uuid
 
@@ -35,7 +34,15 @@ import asyncpg
 import httpx
 
 from _harness import Broker, BrokerMeter, fmt_broker, start_database
-from _loadgen import JSON_HEADERS, fmt_ms, fmt_rate, http_client, log, percentile, table
+from _loadgen import (
+    ack_completed,
+    fmt_ms,
+    fmt_rate,
+    http_client,
+    log,
+    percentile,
+    table,
+)
 from broker.store.schema import apply_schema
 
 NAME = "backlog"
@@ -142,10 +149,7 @@ async def timed_pops(url: str, queue: str, args: argparse.Namespace,
                 if not msgs:
                     empty += 1
                     continue
-                acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"],
-                         "leaseId": m["leaseId"], "status": "completed"} for m in msgs]
-                a = await client.post("/api/v1/ack/batch", headers=JSON_HEADERS,
-                                      content=json.dumps({"acknowledgments": acks}))
+                a = await ack_completed(client, msgs)
                 if a.status_code != 200:
                     errors += 1
                 delivered += len(msgs)

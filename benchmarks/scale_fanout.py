@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import time
 import uuid
 
 from _harness import BrokerMeter, fmt_broker
 from _loadgen import (
-    JSON_HEADERS,
     Env,
     Rows,
+    ack_completed,
     fmt_ms,
     fmt_rate,
     fmt_ratio,
@@ -77,10 +76,7 @@ async def consume_groups(url: str, queue: str, groups: int, n: int, args: argpar
                     continue
                 for m in msgs:
                     mine[m["transactionId"]] = mine.get(m["transactionId"], 0) + 1
-                acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"],
-                         "leaseId": m["leaseId"], "status": "completed"} for m in msgs]
-                a = await client.post("/api/v1/ack/batch", headers=JSON_HEADERS, content=json.dumps(
-                    {"consumerGroup": group, "acknowledgments": acks}))
+                a = await ack_completed(client, msgs, group)
                 requests += 1
                 if a.status_code != 200:
                     errors += 1

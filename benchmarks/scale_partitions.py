@@ -30,6 +30,7 @@ from _loadgen import (
     JSON_HEADERS,
     Env,
     Rows,
+    ack_completed,
     check_phases,
     fmt_ms,
     fmt_rate,
@@ -107,10 +108,7 @@ async def wildcard_serve(url: str, queue: str, partitions: int, args: argparse.N
                 now = time.perf_counter() - t0
                 for m in msgs:
                     first_served.setdefault(m["partition"], now)
-                acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"],
-                         "leaseId": m["leaseId"], "status": "completed"} for m in msgs]
-                a = await client.post("/api/v1/ack/batch", headers=JSON_HEADERS,
-                                      content=json.dumps({"acknowledgments": acks}))
+                a = await ack_completed(client, msgs)
                 if a.status_code != 200:
                     errors += 1
                 delivered += len(msgs)
