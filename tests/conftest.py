@@ -50,6 +50,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: each socket stays bound until all are chosen, so the
+    kernel cannot hand the same port out twice (consecutive free_port() calls can)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 @pytest.fixture(scope="session")
 def database():
     if os.environ.get("PG_HOST"):

@@ -15,7 +15,7 @@ import time
 import asyncpg
 import httpx
 
-from tests.conftest import free_port, start_broker
+from tests.conftest import free_port, free_ports, start_broker
 from tests.ha.test_mesh_brokers import all_connected, mesh_env, start_cluster, transport
 from tests.waiting import wait_until
 
@@ -39,8 +39,9 @@ def test_a_received_wake_is_not_rebroadcast(broker_factory, queue_name):
 
 
 def test_a_broker_whose_peers_are_all_dead_serves_normally(broker_factory, queue_name):
-    dead_peers = [free_port(), free_port()]
-    b = broker_factory(**mesh_env("queen-lonely", free_port(), dead_peers,
+    # Distinct ports: had its own mesh port been one of the "dead" ones, it would be alive.
+    own, *dead_peers = free_ports(3)
+    b = broker_factory(**mesh_env("queen-lonely", own, dead_peers,
                                   QUEEN_SYNC_DEAD_THRESHOLD_MS="300"))
     t = transport(b.url)
     assert t["servers_alive"] == 0 and not any(p["connected"] for p in t["peers"])

@@ -109,6 +109,7 @@ async def test_ttl_expiry_is_enforced_before_any_sweep(client, ns, database):
                 "AND key IN ('short', 'cnt') FOR SHARE) r", ns)
             assert held == 2
             await wait_until_async(lambda: _absent(kv, ns, "short"), 10, "the key to expire")
+            await wait_until_async(lambda: _absent(kv, ns, "cnt"), 10, "the counter to expire")
             many = await kv.get_many(ns, ["short", "cnt"])
             assert many["rows"] == [] and many["missing"] == ["short", "cnt"]
             assert (await kv.get_prefix(ns, "s"))["rows"] == []
