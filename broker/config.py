@@ -402,6 +402,11 @@ VARIABLES: list[Variable] = [
     _v("JWT_JWKS_TIMEOUT_MS", "5000", "ms", "Timeout of one JWKS fetch.", _POSITIVE),
     _v("JWT_SKIP_PATHS", "/health,/metrics/prometheus,/metrics,/", "list",
        "Comma-separated paths served without a token.", _csv),
+    # Migration (copy to another PostgreSQL)
+    _v("MIGRATION_ROUTES", "false", "bool",
+       "Serve /api/v1/migration/*, which make this broker connect to a PostgreSQL the caller "
+       "names and copy the queen schema (every message) to it; off, they answer 404 "
+       "migration_routes_off. Turn on for a migration window, with JWT_ENABLED=true.", _bool),
 ]
 
 
@@ -506,6 +511,8 @@ class Settings:
     jwt_jwks_refresh_interval: int
     jwt_jwks_timeout_ms: int
     jwt_skip_paths: tuple[str, ...]
+    # Migration
+    migration_routes: bool
 
     @property
     def embedded_pg(self) -> bool:
@@ -578,6 +585,7 @@ class Settings:
                 "jwt_enabled": self.jwt_enabled,
                 "jwt_algorithm": self.jwt_algorithm,
                 "jwt_secret": _mask(self.jwt_secret),
+                "migration_routes": self.migration_routes,
             },
             "config: database": database,
             "config: pop": {

@@ -1,10 +1,14 @@
 """The migration routes (ADMIN): test a target connection, copy the queen schema
-to it, follow the copy, compare row counts, reset (broker/service/migration.py)."""
+to it, follow the copy, compare row counts, reset (broker/service/migration.py).
+
+They make the broker connect to a host the caller names and, for `start`, send it
+every message: off unless MIGRATION_ROUTES=true (then 404 migration_routes_off, before
+any body is read)."""
 from __future__ import annotations
 
 from sanic import Blueprint, Request
 
-from broker.http import error, json, read_json
+from broker.http import RETRY_AFTER_SECONDS, error, json, read_json
 from broker.service import migration as mig
 
 bp = Blueprint("migration")
@@ -14,6 +18,15 @@ def _target(request: Request, required: str) -> mig.Target:
     if not request.body or not request.body.strip():
         raise mig.MigrationInputError("Empty request body")
     return mig.parse_target(read_json(request), required)
+
+
+@bp.on_request(priority=-1)  # after the app's authentication: a 401/403 comes first
+async def routes_switched_off(request: Request):
+    if not request.app.ctx.settings.migration_routes:
+        return json({"error": "migration_routes_off",
+                     "detail": "the migration routes are switched off on this broker; "
+                               "set MIGRATION_ROUTES=true to serve them"}, 404)
+    return None
 
 
 @bp.exception(mig.MigrationInputError)
@@ -53,7 +66,10 @@ async def status(request: Request):
 async def validate(request: Request):
     target = _target(request, "target host, database, and user are required")
     code, body = await mig.validate(request.app.ctx.migration.source_dsn, target)
-    return json(body, status=code)
+    response = json(body, status=code)
+    if code == 503:
+        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
 
 
 @bp.post("/api/v1/migration/reset")

@@ -83,8 +83,9 @@ def parse_target(body: Any, required_message: str) -> Target:
             and isinstance(user, str) and user):
         raise MigrationInputError(required_message)
     raw_port = body.get("port", "5432")
+    # isdecimal, not isdigit: "²" is a digit that int() refuses.
     port = int(raw_port) if isinstance(raw_port, int) and not isinstance(raw_port, bool) \
-        else int(raw_port) if isinstance(raw_port, str) and raw_port.strip().isdigit() else None
+        else int(raw_port) if isinstance(raw_port, str) and raw_port.strip().isdecimal() else None
     if port is None or not 0 < port < 65536:
         raise MigrationInputError("port must be a number between 1 and 65535")
     password = body.get("password") or ""
@@ -126,16 +127,27 @@ def _scrub(text: str, secrets: list[str]) -> str:
 
 
 async def test_connection(target: Target) -> dict:
+    """The reference's answer: always 200, `success` says whether the target answered."""
     try:
         conn = await target.connect()
-    except Exception as exc:
+    except Exception as exc:  # unreachable, refused, unresolvable, refused login, not PostgreSQL
         return {"success": False, "message": "Connection failed",
                 "error": _scrub(f"{exc}" or type(exc).__name__, [target.password])}
     try:
         version = await conn.fetchval("SELECT version()")
+    except Exception as exc:  # it answered the handshake, then failed
+        return {"success": False, "message": "Connection failed",
+                "error": _scrub(f"{exc}" or type(exc).__name__, [target.password])}
     finally:
-        await conn.close()
+        await _close(conn)
     return {"success": True, "message": "Connection successful", "version": version}
+
+
+async def _close(conn: asyncpg.Connection) -> None:
+    try:
+        await conn.close(timeout=CONNECT_TIMEOUT_S)
+    except Exception:
+        conn.terminate()
 
 
 class Migration:
@@ -195,37 +207,44 @@ class Migration:
     async def _run(self, target: Target, schema: str, excluded: list[str]) -> None:
         secrets = [target.password, self._source_password]
         try:
-            self.step = "Preparing target database (creating schema)..."
-            try:
-                conn = await target.connect()
-            except Exception as exc:
-                self._finish("error", self.step,
-                             _scrub(f"Cannot connect to target: {exc}", secrets))
-                return
-            try:
-                await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE; '
-                                   f'CREATE SCHEMA "{schema}"')
-            except Exception as exc:
-                self._finish("error", self.step,
-                             _scrub(f"Failed to create schema on target: {exc}", secrets))
-                return
-            finally:
-                await conn.close()
-            self.status = "restoring"
-            self.step = "Streaming: pg_dump | pg_restore..." + (
-                " (partial — some table data skipped)" if excluded else "")
-            code, output = await self._pipeline(target, schema, excluded)
-            self.restore_output = _scrub(output, secrets)
-            if code != 0:
-                self._finish("error", self.step,
-                             f"Migration failed (exit {code}): {self.restore_output}")
-            else:
-                self._finish("complete", "Migration complete")
-            logger.info("migration to {}:{}/{}: {}", target.host, target.port, target.database,
-                        self.status)
+            await self._copy(target, schema, excluded, secrets)
         except Exception as exc:  # never leave the state at "restoring"
             self._finish("error", self.step, _scrub(f"{type(exc).__name__}: {exc}", secrets))
-            logger.warning("migration failed: {}", self.error)
+        # One line per copy, whatever its end: the operator sees every attempt.
+        where = f"{target.host!r}:{target.port}/{target.database}"
+        if self.status == "complete":
+            logger.info("migration to {}: complete in {:.1f} s", where,
+                        (self._ended or 0.0) - (self._started or 0.0))
+        else:
+            logger.warning("migration to {} failed: {}", where, self.error)
+
+    async def _copy(self, target: Target, schema: str, excluded: list[str],
+                    secrets: list[str]) -> None:
+        self.step = "Preparing target database (creating schema)..."
+        try:
+            conn = await target.connect()
+        except Exception as exc:
+            self._finish("error", self.step, _scrub(f"Cannot connect to target: {exc}", secrets))
+            return
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE; '
+                               f'CREATE SCHEMA "{schema}"')
+        except Exception as exc:
+            self._finish("error", self.step,
+                         _scrub(f"Failed to create schema on target: {exc}", secrets))
+            return
+        finally:
+            await _close(conn)
+        self.status = "restoring"
+        self.step = "Streaming: pg_dump | pg_restore..." + (
+            " (partial — some table data skipped)" if excluded else "")
+        code, output = await self._pipeline(target, schema, excluded)
+        self.restore_output = _scrub(output, secrets)
+        if code != 0:
+            self._finish("error", self.step,
+                         f"Migration failed (exit {code}): {self.restore_output}")
+        else:
+            self._finish("complete", "Migration complete")
 
     async def _pipeline(self, target: Target, schema: str, excluded: list[str]
                         ) -> tuple[int, str]:
@@ -271,30 +290,46 @@ async def _count(conn: asyncpg.Connection, table: str) -> int:
         return -1
 
 
+# A target that cannot be reached, resolved or logged into is the caller's mistake (the
+# reference answers 500; a 5xx would blame this broker): 422, the body was understood but the
+# database it names is not usable. The broker's own database unreachable is a 503, retry later.
+TARGET_UNUSABLE = 422
+SOURCE_UNAVAILABLE = 503
+
+
 async def validate(source_dsn: str, target: Target) -> tuple[int, dict]:
     """Row counts of every table of the source's queen schema on both sides."""
+    source_secret = [split_password(source_dsn)[1]]
     try:
         source = await asyncpg.connect(source_dsn, timeout=CONNECT_TIMEOUT_S)
     except Exception as exc:
-        return 500, {"success": False, "error": _scrub(f"Failed to connect to source: {exc}",
-                                                       [split_password(source_dsn)[1]])}
+        return SOURCE_UNAVAILABLE, {
+            "success": False,
+            "error": _scrub(f"Failed to connect to source: {exc}", source_secret)}
     try:
         try:
             dest = await target.connect()
         except Exception as exc:
-            return 500, {"success": False,
-                         "error": _scrub(f"Failed to connect to target: {exc}", [target.password])}
+            return TARGET_UNUSABLE, {
+                "success": False,
+                "error": _scrub(f"Failed to connect to target: {exc}" or type(exc).__name__,
+                                [target.password])}
         try:
-            names = [r["tablename"] for r in await source.fetch(
-                "SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY tablename",
-                SCHEMA)]
+            try:
+                names = [r["tablename"] for r in await source.fetch(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY tablename",
+                    SCHEMA)]
+            except Exception as exc:
+                return SOURCE_UNAVAILABLE, {
+                    "success": False,
+                    "error": _scrub(f"Failed to read the source: {exc}", source_secret)}
             tables = []
             for name in names:
                 src, dst = await _count(source, name), await _count(dest, name)
                 tables.append({"table": name, "sourceCount": src, "targetCount": dst,
                                "match": src == dst})
         finally:
-            await dest.close()
+            await _close(dest)
     finally:
-        await source.close()
+        await _close(source)
     return 200, {"success": True, "allMatch": all(t["match"] for t in tables), "tables": tables}
