@@ -11,7 +11,6 @@ import contextlib
 import io
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.ports import free_port, free_ports  # noqa: F401 (the tests import them from here)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,25 +43,6 @@ class Database:
     def env(self) -> dict[str, str]:
         return {"PG_HOST": self.host, "PG_PORT": str(self.port), "PG_USER": self.user,
                 "PG_PASSWORD": self.password, "PG_DB": self.db}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free ports: each socket stays bound until all are chosen, so the
-    kernel cannot hand the same port out twice (consecutive free_port() calls can)."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 @pytest.fixture(scope="session")

@@ -35,16 +35,11 @@ from actors.mesh.frames import (
 from actors.mesh.handshake import connection_key, hello_of, make_hello
 from actors.mesh.listener import ListenerState, MeshListener
 from actors.mesh.peer import SEND_QUEUE_SIZE, MeshPeer, PeerLink, reconnect_delay_ms
+from tests.ports import free_port
 from tests.waiting import wait_until_async
 
 SECRET = "test-secret"
 HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 class Recorder:
