@@ -23,6 +23,7 @@ from urllib.parse import quote
 import asyncpg
 from loguru import logger
 
+from actors.spool_lock import SpoolDirectoryBusy, SpoolDirectoryLock
 from broker import __version__
 from broker.config import VARIABLES, ConfigError, Settings, load_settings, suspicious_variables
 from broker.logs import Throttle, add_sink, dropped_note
@@ -168,6 +169,21 @@ def bind_http(settings: Settings) -> socket.socket:
                            f"set PORT (or HOST) to a free address") from None
 
 
+def hold_spool_directory(settings: Settings) -> SpoolDirectoryLock | None:
+    """FILE_BUFFER_DIR's lock, taken before the database is touched: a directory another live
+    broker holds is a one-line refusal. A directory that cannot be made or opened is left to
+    the spool, which reports itself unhealthy (pushes then cannot be buffered)."""
+    lock = SpoolDirectoryLock(settings.file_buffer_dir)
+    try:
+        lock.acquire()
+    except SpoolDirectoryBusy as exc:
+        raise StartupError(str(exc)) from None
+    except OSError as exc:
+        logger.warning("spool: cannot lock {}: {}", lock.path, exc)
+        return None
+    return lock
+
+
 def start_embedded(settings: Settings):
     from broker.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError
 
@@ -275,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     embedded = None
     try:
         sock = bind_http(settings)
+        spool_lock = hold_spool_directory(settings)  # noqa: F841 (held until the process ends)
         if settings.embedded_pg:
             embedded = start_embedded(settings)
             dsn = embedded.dsn

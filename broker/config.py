@@ -353,7 +353,9 @@ VARIABLES: list[Variable] = [
        "(plus up to 15 s of per-group jitter).", _POSITIVE),
     # Spool
     _v("FILE_BUFFER_DIR", ".queen/buffers", "path",
-       "Spool directory for pushes accepted while the database is down.", _path),
+       "Spool directory for pushes accepted while the database is down. One broker per "
+       "directory: a broker holds FILE_BUFFER_DIR/lock while it runs, and another broker on "
+       "the same directory refuses to start.", _path),
     _v("FILE_BUFFER_FLUSH_MS", "100", "ms", "How often the spool is replayed.", _POSITIVE),
     _v("FILE_BUFFER_MAX_BATCH", "100", "int", "Spooled events replayed per round trip.",
        _POSITIVE),

@@ -130,6 +130,36 @@ def test_port_in_use_starts_no_database(tmp):
     assert not fresh.exists()
 
 
+def test_a_spool_directory_another_live_broker_holds_is_one_line(tmp, data_dir, first):
+    """One spool directory, one broker: a second broker on the first's FILE_BUFFER_DIR stops
+    before the database, naming the directory and the holder's pid; the first keeps its
+    directory and its database."""
+    spool = first.env["FILE_BUFFER_DIR"]
+    result = run_to_exit(tmp, EMBEDDED_PG_DIR=str(data_dir), FILE_BUFFER_DIR=spool)
+    assert result.returncode == 1
+    line = assert_one_error_line(result.stderr, spool, f"pid {first.proc.pid}", "FILE_BUFFER_DIR")
+    assert "is in use by another broker" in line
+    assert "embedded PostgreSQL" not in result.stderr  # refused before the database
+    assert database_connected(first)
+
+
+def test_a_spool_directory_whose_broker_was_killed_is_taken_over(tmp, data_dir, first):
+    """The lock dies with its process (kill -9 included): a broker restarted on the directory
+    starts, and then holds it against a third."""
+    spool = str(tmp / f"spool-{time.monotonic_ns()}")
+    killed = launch(tmp, EMBEDDED_PG_DIR=str(data_dir), FILE_BUFFER_DIR=spool)
+    os.kill(killed.proc.pid, signal.SIGKILL)
+    killed.proc.wait(10)
+    successor = launch(tmp, EMBEDDED_PG_DIR=str(data_dir), FILE_BUFFER_DIR=spool)
+    try:
+        assert (Path(spool) / "lock").read_text().strip() == str(successor.proc.pid)
+        result = run_to_exit(tmp, EMBEDDED_PG_DIR=str(data_dir), FILE_BUFFER_DIR=spool)
+        assert result.returncode == 1
+        assert_one_error_line(result.stderr, spool, f"pid {successor.proc.pid}")
+    finally:
+        successor.stop()
+
+
 def test_a_503_says_when_to_retry(tmp, data_dir, first):
     pg = EmbeddedPostgres(data_dir, port=0)
     pg.start()  # running: this only learns its port, to restart it there
