@@ -74,6 +74,23 @@ class PortAllocator:
                     return port
 
 
+    def take_range(self, n: int) -> int:
+        """The first of ``n`` consecutive such ports (for tools that lay ports out from a
+        base, like compose/local_ha.py's --base-port)."""
+        if not 0 < n <= BLOCK_SIZE:
+            raise ValueError(f"a range of 1..{BLOCK_SIZE} ports, not {n}")
+        with self._lock:
+            while True:
+                if self._next is None or self._next + n > self._end:
+                    self._claim_block()
+                assert self._next is not None
+                base = self._next
+                busy = next((p for p in range(base, base + n) if not _bindable(p)), None)
+                self._next = base + n if busy is None else busy + 1
+                if busy is None:
+                    return base
+
+
 def _bindable(port: int) -> bool:
     with socket.socket() as s:
         try:
@@ -96,4 +113,9 @@ def free_ports(n: int) -> list[int]:
     return [free_port() for _ in range(n)]
 
 
-__all__ = ["PortAllocator", "free_port", "free_ports"]
+def free_port_range(n: int) -> int:
+    """The first of ``n`` consecutive such ports."""
+    return _ALLOCATOR.take_range(n)
+
+
+__all__ = ["PortAllocator", "free_port", "free_port_range", "free_ports"]

@@ -3,7 +3,6 @@ and its check (compose/check_mesh.py, the same one used beside docker compose)
 says so."""
 from __future__ import annotations
 
-import random
 import re
 import shutil
 import subprocess
@@ -11,10 +10,14 @@ import sys
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.ports import free_port_range
+
+# local_ha.py lays its ports out from --base-port: HTTP base + 10 i, mesh base + 10 i + 1.
+PORTS_OF_THREE = 22
 
 
 def test_local_ha_runner_reports_a_full_mesh_of_three(database):
-    base = random.randrange(20000, 40000, 100)
+    base = free_port_range(PORTS_OF_THREE)  # never in use, never an outgoing connection's
     env = {"PG_HOST": database.host, "PG_PORT": str(database.port), "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, "compose/local_ha.py", "--check", "--brokers", "3",
                            "--base-port", str(base)], cwd=ROOT, env=env,
@@ -28,7 +31,7 @@ def test_a_taken_port_fails_at_once_naming_it(database):
     """Before anything starts: a port in use is named, nothing is started, exit 1."""
     import socket
 
-    base = random.randrange(20000, 40000, 100)
+    base = free_port_range(PORTS_OF_THREE)  # never in use, never an outgoing connection's
     env = {"PG_HOST": database.host, "PG_PORT": str(database.port), "PATH": "/usr/bin:/bin"}
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", base + 11))  # broker b's mesh port
@@ -42,7 +45,7 @@ def test_a_taken_port_fails_at_once_naming_it(database):
 
 
 def test_the_logs_are_kept_and_their_folder_printed(database):
-    base = random.randrange(20000, 40000, 100)
+    base = free_port_range(PORTS_OF_THREE)  # never in use, never an outgoing connection's
     env = {"PG_HOST": database.host, "PG_PORT": str(database.port), "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, "compose/local_ha.py", "--check", "--base-port",
                            str(base)], cwd=ROOT, env=env, capture_output=True, text=True,
