@@ -101,5 +101,7 @@ class WakeGate:
             self._flusher = None
 
     def stats(self) -> dict[str, int]:
+        """`pending_queues`: queues whose folded wake is still to come (at the end of their
+        window): 0 means every wake received so far has reached the parked pops."""
         return {"passed": self.passed, "coalesced": self.coalesced, "dropped": self.dropped,
-                "tracked_queues": len(self._open_until)}
+                "tracked_queues": len(self._open_until), "pending_queues": len(self._pending)}

@@ -172,6 +172,8 @@ async def shared_state(app) -> dict:
     settings = app.ctx.settings
     mesh = app.ctx.mesh
     transport = mesh.stats() if mesh is not None else None
+    if transport is not None:  # wakes received from peers, through the per-queue gate
+        transport["received_wakes"] = app.ctx.hints.remote_wakes.stats()
     return {
         "enabled": settings.queen_sync_enabled,
         "running": mesh is not None,

@@ -187,7 +187,12 @@ def test_replaying_what_a_sent_b_changes_nothing_on_b(fresh_database, tmp_path, 
     of a recorded A -> B stream (whole, or prefixes with the enable flip, a wake or a forged
     frame after them) are refused, each counted as `replayed_nonce`, and neither counter nor
     either flag moves. The pop parked meanwhile has nothing to find, so nothing but a wake
-    could touch it: B's own re-checks (a reconnect, a lease end) cannot make it answer."""
+    could touch it: B's own re-checks cannot make it answer.
+
+    The pop is parked only after B has delivered the wakes A really sent: B folds a queue's
+    wakes within 250 ms into one at the window's end (actors/mesh/wake_gate.py), and that late,
+    legitimate wake reached the pop parked next (the flake this test had: the pop answered
+    with a message pushed meanwhile, which looked like a replay applied)."""
     port_a, port_b = free_ports(2)
     # B's replay window outlasts the test: each replay is refused by the nonce memory under
     # test, not by the clock (past QUEEN_MESH_MAX_SKEW_MS a late replay is refused as `skew`,
@@ -230,7 +235,11 @@ def test_replaying_what_a_sent_b_changes_nothing_on_b(fresh_database, tmp_path, 
                       and b'"enabled":true' in f)
 
         # The state a replay would change: both flags off, a pop parked on the queue the
-        # recorded wakes name (its queue is drained: only a new push can answer it).
+        # recorded wakes name (its queue is drained: only a new push can answer it). First,
+        # A's real wakes have all landed: B folds the ones a queue receives within 250 ms into
+        # one wake at the window's end, which would otherwise reach the pop parked next.
+        wait_until(lambda: transport(b.url)["received_wakes"]["pending_queues"] == 0, 10,
+                   "A's folded wakes delivered on B")
         pop = park_pop(pool, b, queue_name, timeout_ms=PARKED_THROUGH_REPLAYS_MS)
         wait_until(lambda: parked(b) == 1, 10, "pop parked on B")
         received, woken = transport(b.url)["messages_received"], long_polls(b)["woken"]
