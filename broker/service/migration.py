@@ -119,6 +119,11 @@ def pg_tool(name: str) -> str | None:
     return shutil.which(name)
 
 
+def _reason(exc: BaseException) -> str:
+    """What went wrong, in words: some errors (a timeout) have no message of their own."""
+    return str(exc) or type(exc).__name__
+
+
 def _scrub(text: str, secrets: list[str]) -> str:
     for secret in secrets:
         if secret:
@@ -132,12 +137,12 @@ async def test_connection(target: Target) -> dict:
         conn = await target.connect()
     except Exception as exc:  # unreachable, refused, unresolvable, refused login, not PostgreSQL
         return {"success": False, "message": "Connection failed",
-                "error": _scrub(f"{exc}" or type(exc).__name__, [target.password])}
+                "error": _scrub(_reason(exc), [target.password])}
     try:
         version = await conn.fetchval("SELECT version()")
     except Exception as exc:  # it answered the handshake, then failed
         return {"success": False, "message": "Connection failed",
-                "error": _scrub(f"{exc}" or type(exc).__name__, [target.password])}
+                "error": _scrub(_reason(exc), [target.password])}
     finally:
         await _close(conn)
     return {"success": True, "message": "Connection successful", "version": version}
@@ -224,14 +229,15 @@ class Migration:
         try:
             conn = await target.connect()
         except Exception as exc:
-            self._finish("error", self.step, _scrub(f"Cannot connect to target: {exc}", secrets))
+            self._finish("error", self.step,
+                         _scrub(f"Cannot connect to target: {_reason(exc)}", secrets))
             return
         try:
             await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE; '
                                f'CREATE SCHEMA "{schema}"')
         except Exception as exc:
             self._finish("error", self.step,
-                         _scrub(f"Failed to create schema on target: {exc}", secrets))
+                         _scrub(f"Failed to create schema on target: {_reason(exc)}", secrets))
             return
         finally:
             await _close(conn)
@@ -305,14 +311,14 @@ async def validate(source_dsn: str, target: Target) -> tuple[int, dict]:
     except Exception as exc:
         return SOURCE_UNAVAILABLE, {
             "success": False,
-            "error": _scrub(f"Failed to connect to source: {exc}", source_secret)}
+            "error": _scrub(f"Failed to connect to source: {_reason(exc)}", source_secret)}
     try:
         try:
             dest = await target.connect()
         except Exception as exc:
             return TARGET_UNUSABLE, {
                 "success": False,
-                "error": _scrub(f"Failed to connect to target: {exc}" or type(exc).__name__,
+                "error": _scrub(f"Failed to connect to target: {_reason(exc)}",
                                 [target.password])}
         try:
             try:
@@ -322,7 +328,7 @@ async def validate(source_dsn: str, target: Target) -> tuple[int, dict]:
             except Exception as exc:
                 return SOURCE_UNAVAILABLE, {
                     "success": False,
-                    "error": _scrub(f"Failed to read the source: {exc}", source_secret)}
+                    "error": _scrub(f"Failed to read the source: {_reason(exc)}", source_secret)}
             tables = []
             for name in names:
                 src, dst = await _count(source, name), await _count(dest, name)
