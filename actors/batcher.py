@@ -8,7 +8,7 @@ out at once with no added delay.
 If a folded round trip fails because of what one request holds (the
 database rejected a value), each request in it is retried on its own, so one
 request the database rejects never fails its neighbours (libqueen's fused
-batches did; api.md §18 says not to copy that). If it fails for a reason that
+batches did; docs/behaviour.md §11 says not to copy that). If it fails for a reason that
 would fail every request alike (the database is unreachable, busy), every
 request fails at once with that error: retrying them one by one would only
 make the N-th caller wait N timeouts before it can fall back to the spool.

@@ -1,4 +1,4 @@
-"""Background jobs (behaviour.md §7, seed-ha.md "Leader-gated background jobs").
+"""Background jobs (docs/behaviour.md §7).
 
 Three actors, each with its own cadence, measured from cycle start (sleep =
 max(0, interval - elapsed)):
@@ -193,7 +193,7 @@ _MESSAGE_STEPS = (
 
 
 class RetentionJob(PeriodicJob):
-    """The retention and eviction sweep (behaviour.md §7.1)."""
+    """The retention and eviction sweep (docs/behaviour.md §7.1)."""
 
     job_name = "retention"
 
@@ -323,7 +323,7 @@ class RetentionJob(PeriodicJob):
 # ---------------------------------------------------------------------------
 
 class StatsJob(PeriodicJob):
-    """The statistics reconciler (behaviour.md §7.2)."""
+    """The statistics reconciler (docs/behaviour.md §7.2)."""
 
     job_name = "stats"
 
@@ -415,7 +415,7 @@ SAMPLE_EVERY = 4
 
 class MetricsCollector(PeriodicJob):
     """Writes this replica's system_metrics, worker_metrics and queue_metrics rows
-    and the lifetime summary (behaviour.md §7.3). Gauges are sampled once a
+    and the lifetime summary (docs/behaviour.md §7.3). Gauges are sampled once a
     second into per-minute leaves (actors/metric_minutes.py); counters are the
     telemetry's growth since the last successful flush."""
 

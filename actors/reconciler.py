@@ -1,5 +1,5 @@
 """The queue-config cache, the maintenance flags, and the loop that keeps both
-converging on PostgreSQL (behaviour.md §6).
+converging on PostgreSQL (docs/behaviour.md §6).
 
 Only the per-queue **encryption flag** is cached: the push path needs it
 before it writes. The lease time is read by the pop statement itself from

@@ -1,4 +1,4 @@
-"""The node-local disk spool (behaviour.md §5, invariants 39-45).
+"""The node-local disk spool (docs/behaviour.md §5, §14 invariants 39-45).
 
 Pushes are appended here, instead of going to PostgreSQL, while push
 maintenance is on or the database cannot be reached; a drain task replays them

@@ -190,7 +190,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             hints.start_dirty_flusher()
         elif settings.queen_sync_enabled:
             logger.info("mesh sync enabled but no peers configured: local waker only")
-        # The spool: recover what a previous run left before serving (behaviour.md §5.5).
+        # The spool: recover what a previous run left before serving (docs/behaviour.md §5.5).
         spool = Spool.start(
             settings.file_buffer_dir,
             replay=lambda events, next_accept: push_service.replay_spooled(

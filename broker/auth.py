@@ -1,4 +1,4 @@
-"""JWT authentication and role checks (api.md §2). Off by default.
+"""JWT authentication and role checks (docs/wire-contract.md §2). Off by default.
 
 ``Authenticator.authorize(request)`` runs as the first ``on_request`` hook. It returns None
 when the request may proceed (and sets ``request.ctx.producer_sub`` to the token's ``sub``)

@@ -1,4 +1,4 @@
-"""The AES-256-GCM payload envelope (behaviour.md §9).
+"""The AES-256-GCM payload envelope (docs/behaviour.md §9).
 
 A payload of an encrypted queue is stored as
 ``{"encrypted": b64(ciphertext), "iv": b64(iv), "authTag": b64(tag)}``:
@@ -38,7 +38,7 @@ class PayloadCipher:
 
     def decrypt(self, stored: Any) -> Any:
         """Return the original payload, or ``stored`` untouched when it is not an
-        envelope or does not open with this key (behaviour.md §9: a failure leaves
+        envelope or does not open with this key (docs/behaviour.md §9: a failure leaves
         it as stored)."""
         if not (isinstance(stored, dict) and ENVELOPE_KEYS <= stored.keys()):
             return stored

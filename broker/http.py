@@ -37,7 +37,7 @@ def error(message: str, status: int) -> HTTPResponse:
 
 
 def read_json(request: Request) -> Any:
-    """The request body as JSON; an empty or absent body is ``{}`` (api.md §1.4)."""
+    """The request body as JSON; an empty or absent body is ``{}`` (docs/wire-contract.md §1.4)."""
     raw = request.body
     if not raw or not raw.strip():
         return {}

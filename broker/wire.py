@@ -1,5 +1,5 @@
 """Queen's wire format, in one place: request parsing with clear 400 errors,
-and response shaping (api.md).
+and response shaping (docs/wire-contract.md).
 
 Parsing never touches the database; a request that fails here has written
 nothing.

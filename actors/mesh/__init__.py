@@ -1,4 +1,4 @@
-"""The framed-TCP mesh between broker replicas (behaviour.md §3.1–§3.6).
+"""The framed-TCP mesh between broker replicas (docs/behaviour.md §3.1–§3.6).
 
 Best-effort hints only: pop wakes, hot-list dirty marks, maintenance flips
 and queue-config invalidations. The topology is asymmetric: every node
@@ -218,7 +218,7 @@ class Mesh:
         return sum(link.offer(frame_type, body) for link in self.links)
 
     def stats(self) -> dict[str, Any]:
-        """The mesh stats object of behaviour.md §3.6, plus the authentication figures.
+        """The mesh stats object of docs/behaviour.md §3.6, plus the authentication figures.
 
         `messages_sent`: frames written to peers (one per peer per broadcast,
         HELLO and HEARTBEAT excluded); `messages_dropped`: frames offered to a

@@ -2,7 +2,7 @@
 
 Frames reach a peer through a bounded queue (`PeerLink`) that the
 broadcaster fills synchronously; the `MeshPeer` actor owns the dial loop
-that drains it. Loss is designed in (§3.1): a full queue or a disconnected
+that drains it. Loss is designed in (docs/behaviour.md §3.1): a full queue or a disconnected
 peer drops the frame and counts it; frames still queued when a connection
 ends are discarded before the next connection is marked connected, so stale
 wakes or maintenance flips are never replayed.

@@ -1,4 +1,4 @@
-"""Acknowledgements, transactions and lease renewal (api.md §6–§8)."""
+"""Acknowledgements, transactions and lease renewal (docs/wire-contract.md §6–§8)."""
 from __future__ import annotations
 
 from typing import Any

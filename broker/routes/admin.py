@@ -1,4 +1,5 @@
-"""Configure, queue resources, dead letters and health (api.md §9, §10, §12, §15.1)."""
+"""Configure, queue resources, dead letters and health (docs/wire-contract.md §9, §10,
+§12, §15.1)."""
 from __future__ import annotations
 
 from loguru import logger
@@ -167,7 +168,7 @@ async def health(request: Request):
 
 
 async def shared_state(app) -> dict:
-    """The cluster view of this broker (behaviour.md §3.6): mesh stats under
+    """The cluster view of this broker (docs/behaviour.md §3.6): mesh stats under
     ``transport``, the config cache, peer liveness and the maintenance flags."""
     settings = app.ctx.settings
     mesh = app.ctx.mesh

@@ -1,4 +1,4 @@
-"""The three pop routes (api.md §5): parse, pop through the service, answer."""
+"""The three pop routes (docs/wire-contract.md §5): parse, pop through the service, answer."""
 from __future__ import annotations
 
 from sanic import Blueprint, Request

@@ -1,4 +1,5 @@
-"""POST /api/v1/push (api.md §4): parse, push through the service, shape the answer."""
+"""POST /api/v1/push (docs/wire-contract.md §4): parse, push through the service, shape the
+answer."""
 from __future__ import annotations
 
 from sanic import Blueprint, Request

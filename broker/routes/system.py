@@ -1,4 +1,4 @@
-"""Maintenance modes (behaviour.md §4.2, api.md §15.4).
+"""Maintenance modes (docs/behaviour.md §4.2, docs/wire-contract.md §15.4).
 
 The database holds the truth (queen.system_state); each broker mirrors both
 flags in memory, and the hot paths read only the mirror. A flip here persists

@@ -1,4 +1,4 @@
-"""Acknowledgements, transactions and lease renewal (api.md §6-§8), and the
+"""Acknowledgements, transactions and lease renewal (docs/wire-contract.md §6-§8), and the
 wakes a released lease owes the pops parked on its partition."""
 from __future__ import annotations
 

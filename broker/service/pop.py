@@ -1,4 +1,4 @@
-"""Pop (api.md §5): hot-list candidates, one claim statement, verdicts back to
+"""Pop (docs/wire-contract.md §5): hot-list candidates, one claim statement, verdicts back to
 the hot-list, long polls parked in the pop-waiter registry until a wake or
 their backoff. Answers in Queen's shapes (the route sends them as they are)."""
 from __future__ import annotations

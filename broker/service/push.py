@@ -1,4 +1,4 @@
-"""Push (api.md §4): encrypt, fold into one statement with concurrent pushes,
+"""Push (docs/wire-contract.md §4): encrypt, fold into one statement with concurrent pushes,
 wake pops after commit; the spool takes over during maintenance, while
 PostgreSQL is unreachable, while this broker's spool still holds pushes for a
 partition, and when PostgreSQL answers that another broker's spool does

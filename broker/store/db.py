@@ -537,7 +537,7 @@ async def run_transaction(store: Store, steps: list[tuple[str, list]],
     operations of one kind arrive folded into one step, so each step is one
     round trip. Returns the per-step result rows. Any failed ack, or a
     required lease that is not live, raises TransactionAborted and nothing is
-    committed. Acks marked failed go straight to the DLQ (api.md §7).
+    committed. Acks marked failed go straight to the DLQ (docs/wire-contract.md §7).
     ``before`` runs after the lease check and before the first step, ``after``
     after the last step, both inside the same PostgreSQL transaction.
     """

@@ -1,5 +1,5 @@
 """Every SQL statement of the background jobs (actors/leader_jobs.py), named and
-documented. behaviour.md §7; the tables' contracts are in migrations/0001_base.sql (part 2).
+documented. docs/behaviour.md §7; the tables' contracts are in migrations/0001_base.sql (part 2).
 
 Three jobs:
 
@@ -14,10 +14,10 @@ from __future__ import annotations
 from broker.store.figures_sql import partition_figures
 
 RETENTION_LOCK_ID = 737001
-"""Session advisory lock of the retention sweep (behaviour.md §7.1)."""
+"""Session advisory lock of the retention sweep (docs/behaviour.md §7.1)."""
 
 STATS_LOCK_ID = 737002
-"""Transaction advisory lock of the stats reconciler (behaviour.md §7.2)."""
+"""Transaction advisory lock of the stats reconciler (docs/behaviour.md §7.2)."""
 
 # ---------------------------------------------------------------------------
 # Locks
@@ -205,7 +205,7 @@ METRICS_PURGES = (
     ("queue_metrics", PURGE_QUEUE_METRICS),
     ("partition_events", PURGE_PARTITION_EVENTS),
 )
-"""The metrics purge step, table by table (behaviour.md §7.1, METRICS_RETENTION_DAYS)."""
+"""The metrics purge step, table by table (docs/behaviour.md §7.1, METRICS_RETENTION_DAYS)."""
 
 # ---------------------------------------------------------------------------
 # Stats reconciler (lock 737002), one transaction per cycle, in this order:

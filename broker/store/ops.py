@@ -1,4 +1,5 @@
-"""Store functions of the operator routes (api.md §10.4–§10.7, §11, §13, §14, §15).
+"""Store functions of the operator routes (docs/wire-contract.md §10.4–§10.7, §11, §13,
+§14, §15).
 
 Each takes the :class:`~broker.store.db.Store` and runs the statements of
 :mod:`broker.store.ops_sql` on one pooled connection; errors map like every

@@ -1,5 +1,5 @@
-"""SQL of the operator routes (api.md §10.4–§10.7, §11, §13, §14, §15): named,
-documented statements, like broker/store/sql.py.
+"""SQL of the operator routes (docs/wire-contract.md §10.4–§10.7, §11, §13, §14, §15):
+named, documented statements, like broker/store/sql.py.
 
 Message figures (total / pending / processing / completed / dead-lettered) come from
 broker/store/figures_sql.py, the one definition every surface and the stats job share;

@@ -1,5 +1,5 @@
 """Leader-gated background jobs with two or three real brokers on one PostgreSQL
-(behaviour.md §7, invariants 50-57; seed-ha.md "Leader-gated background jobs").
+(docs/behaviour.md §7, §14 invariants 50-57).
 
 Every test gets an empty database (``fresh_database``) and its own brokers with
 short cadences, so other tests' data and cadence do not interfere. The job

@@ -1,4 +1,4 @@
-"""JWT authentication and role checks (api.md §2) against real broker processes.
+"""JWT authentication and role checks (docs/wire-contract.md §2) against real broker processes.
 
 One broker per configuration, shared by the tests of this module:
 

@@ -4,7 +4,7 @@ Every test drives a real broker process on a real PostgreSQL through ``queen.Que
 (push/pop/ack/consume/transaction/renew/DLQ builders). Direct asyncpg reads are used only
 to inspect what was stored (encryption at rest, transaction atomicity); nothing is mocked.
 
-Each test's docstring names the invariant it checks (api.md §3–§9 and "Observed on the wire").
+Each test's docstring names the invariant it checks (docs/wire-contract.md §0 and §3–§9).
 """
 from __future__ import annotations
 
@@ -241,7 +241,7 @@ async def test_consume_handler_error_nacks_and_message_is_redelivered(client, qu
 
 async def test_consumer_groups_fan_out_every_message_to_every_group(client, queue_name):
     """Two consumer groups each receive every message, in order, independently of each other
-    and of queue mode (api.md §3.2)."""
+    and of queue mode (docs/wire-contract.md §3.2)."""
     await push(client, queue_name, [{"data": i} for i in range(12)])
     g1 = await drain(client, queue_name, group="g1", batch=5, expected=12)
     g2 = await drain(client, queue_name, group="g2", batch=7, expected=12)
@@ -260,7 +260,8 @@ async def test_consumer_groups_fan_out_every_message_to_every_group(client, queu
 
 async def test_queue_mode_competing_consumers_share_without_overlap(client, queue_name):
     """Queue mode: two concurrent consume() loops compete for one shared cursor — together they
-    process every message exactly once, and the work is actually shared (api.md §3.2–3.3)."""
+    process every message exactly once, and the work is actually shared
+    (docs/wire-contract.md §3.2–§3.3)."""
     parts = [f"p{i}" for i in range(4)]
     for p in parts:
         await push(client, queue_name, [{"data": f"{p}-{i}"} for i in range(10)], partition=p)
@@ -430,7 +431,7 @@ async def test_nacked_message_retried_retry_limit_times_then_dead_lettered(clien
     assert entry["data"] == {"bad": True}
     assert entry["consumerGroup"] == "workers"
     assert entry["errorMessage"] == "boom-2"
-    assert dlq.get("total") == 1, dlq  # 2.6 reads `total` (api.md §12.1 [rec])
+    assert dlq.get("total") == 1, dlq  # 2.6 reads `total` (docs/wire-contract.md §12.1)
 
     # the same message is still live for another group
     other = await pop(client, queue_name, group="auditors")
@@ -440,7 +441,8 @@ async def test_nacked_message_retried_retry_limit_times_then_dead_lettered(clien
 
 async def test_retry_budget_is_per_message_after_a_dead_letter(client, queue_name):
     """After a message is dead-lettered, the next message of the partition gets its own full
-    retry budget (api.md §6.3 [rec]: reset the counter when the cursor passes a DLQ'd message)."""
+    retry budget (docs/wire-contract.md §6.3: reset the counter when the cursor passes a DLQ'd
+    message)."""
     await configure(client, queue_name, retry_limit=1)
     await push(client, queue_name, [{"transactionId": "m1", "data": 1},
                                     {"transactionId": "m2", "data": 2}])
@@ -540,7 +542,7 @@ async def test_transaction_acks_and_pushes_atomically(client, queue_name):
 
 async def test_transaction_retry_with_same_push_transaction_id_is_idempotent(client, queue_name):
     """A transaction re-sent with the same push transactionId does not abort and does not push
-    a second copy (api.md §7 [rec]: the 2.6 client relies on this for retries)."""
+    a second copy (docs/wire-contract.md §7: the 2.6 client relies on this for retries)."""
     out_queue = queue_name + "-out"
     for _ in range(2):
         res = await client.transaction().queue(out_queue).push(

@@ -1,4 +1,5 @@
-"""Operator routes (api.md §10.4–§10.7, §11, §13, §14, §15.2–§15.3) against a real broker.
+"""Operator routes (docs/wire-contract.md §10.4–§10.7, §11, §13, §14, §15.2–§15.3) against
+a real broker.
 
 One small scenario per test (``scenario``): an encrypted queue with namespace and
 task, three messages on partition p1 and two on p2; queue mode acked two on p1,

@@ -1,4 +1,5 @@
-"""Delivery semantics over HTTP (api.md §3, §6.3, §4.1 encryption, §5.6 subscriptions).
+"""Delivery semantics over HTTP (docs/wire-contract.md §3, §6.3, §4.1 encryption,
+§5.6 subscriptions).
 
 Real broker, real PostgreSQL; each test's docstring names the invariant it checks.
 """
@@ -97,8 +98,9 @@ def test_nack_redelivers_failed_message_and_the_rest_of_its_batch(http, queue_na
 
 
 def test_retry_counter_resets_after_dead_letter(http, queue_name):
-    """[rec] after a message is dead-lettered the partition's retry counter restarts: the next
-    message's first failure is redelivered, not sent straight to the DLQ."""
+    """docs/wire-contract.md §6.3: after a message is dead-lettered the partition's retry
+    counter restarts: the next message's first failure is redelivered, not sent straight to the
+    DLQ."""
     configure(http, queue_name, retryLimit=1)
     push(http, queue_name, "m1", "m2")
     for _ in range(2):
@@ -146,8 +148,9 @@ def test_encrypted_queue_stores_ciphertext_and_pops_plaintext(http, database, qu
 
 
 def test_transactional_push_wakes_a_parked_long_poll(slow_timer_broker, queue_name):
-    """[rec] a push inside POST /transaction wakes parked long polls on that queue, like a plain
-    push: on slow_timer_broker the poll's own re-check timer is 8 s away, its deadline 20 s."""
+    """docs/wire-contract.md §5.5: a push inside POST /transaction wakes parked long polls on
+    that queue, like a plain push: on slow_timer_broker the poll's own re-check timer is 8 s
+    away, its deadline 20 s."""
     url = slow_timer_broker.url
     out = {}
 

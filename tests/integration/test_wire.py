@@ -1,4 +1,4 @@
-"""Wire-level contract of the broker (api.md "Observed on the wire", §1, §3–§10, §12).
+"""Wire-level contract of the broker (docs/wire-contract.md §0, §1, §3–§10, §12).
 
 Every test talks HTTP to a real broker process backed by a real PostgreSQL; where the
 contract is about what gets stored, the database is read directly with asyncpg.
@@ -533,8 +533,8 @@ def test_nack_redelivers_and_dlq_after_retry_limit(http, queue_name):
 # -- lease ------------------------------------------------------------------
 
 def test_lease_extend_with_empty_body_and_no_content_type(http, database, queue_name):
-    """api.md §1.4: lease extend with no body / no Content-Type works (default 60 s) and
-    answers an object with success, expiresAt and newExpiresAt (ms + Z)."""
+    """docs/wire-contract.md §1.4: lease extend with no body / no Content-Type works
+    (default 60 s) and answers an object with success, expiresAt and newExpiresAt (ms + Z)."""
     configure(http, queue_name, leaseTime=5)
     push(http, queue_name, 1)
     lease = pop(http, queue_name)["leaseId"]
@@ -769,7 +769,8 @@ def test_responses_are_json_content_type(http, queue_name):
 
 
 def test_percent_encoded_queue_name_in_path_is_decoded(http, queue_name):
-    """Path segments are percent-decoded (api.md §1.5): a queue with a space is reachable."""
+    """Path segments are percent-decoded (docs/wire-contract.md §1.5): a queue with a space is
+    reachable."""
     name = queue_name + " spaced"
     push(http, name, "s")
     r = http.get(f"/api/v1/pop/queue/{name.replace(' ', '%20')}", params={"wait": "false"})
@@ -779,7 +780,7 @@ def test_percent_encoded_queue_name_in_path_is_decoded(http, queue_name):
 
 def test_percent_encoded_queue_name_in_admin_route_is_decoded(http, queue_name):
     """The 2.6 admin client quote()s queue names: GET/DELETE /resources/queues/{quoted} must
-    find the queue (api.md §1.5)."""
+    find the queue (docs/wire-contract.md §1.5)."""
     from urllib.parse import quote
     name = queue_name + " a/b"
     push(http, name, 1)
@@ -925,8 +926,9 @@ def test_transaction_acks_and_pushes_atomically(http, queue_name):
 
 
 def test_transaction_with_duplicate_push_reports_duplicate_and_commits(http, queue_name):
-    """[rec] a transactional push of an existing (partition, transactionId) is reported as
-    duplicate and the transaction still commits (idempotent retries)."""
+    """docs/wire-contract.md §7: a transactional push of an existing (partition,
+    transactionId) is reported as duplicate and the transaction still commits (idempotent
+    retries)."""
     first = push(http, queue_name, "orig", txids=["tx-d"])[0]
     r = http.post("/api/v1/transaction", json={"operations": [
         {"type": "push", "items": [{"queue": queue_name, "payload": "again", "transactionId": "tx-d"},

@@ -1,4 +1,4 @@
-"""Invariants of the hot-list (actors/hotlist.py), spec §2 and §14 invariants 33-38.
+"""Invariants of the hot-list (actors/hotlist.py), docs/behaviour.md §2 and §14 invariants 33-38.
 
 No database: tests play the pop route, passing verdicts by hand. Time is
 injected (`now=` / a fake clock), nothing sleeps.

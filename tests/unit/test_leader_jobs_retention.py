@@ -1,4 +1,4 @@
-"""The retention job's connection and lock discipline (behaviour.md §7.1, invariants
+"""The retention job's connection and lock discipline (docs/behaviour.md §7.1, §14 invariants
 50-51), against a fake pool: every exit path unlocks 737001, and a connection whose
 unlock failed is terminated, never released to the pool."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The mesh codec and handshake (actors/mesh/frames.py, handshake.py): behaviour.md §3.2–§3.4,
-§14 invariants 1–4, 6–7, and issue 9 (HELLO replay window, sealed frames)."""
+"""The mesh codec and handshake (actors/mesh/frames.py, handshake.py): docs/behaviour.md
+§3.2–§3.4, §14 invariants 1–4, 6–7, and issue 9 (HELLO replay window, sealed frames)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The mesh transport over real sockets on 127.0.0.1 (actors/mesh).
 
-behaviour.md §3.1–§3.6, §14 invariants 2–12, 14 (transport level), 15, 16, 19.
+docs/behaviour.md §3.1–§3.6, §14 invariants 2–12, 14 (transport level), 15, 16, 19.
 Peers that misbehave are raw asyncio sockets speaking the codec by hand.
 """
 

@@ -1,4 +1,4 @@
-"""The disk spool (actors/spool.py), behaviour.md §5 and §14 invariants 39-45.
+"""The disk spool (actors/spool.py), docs/behaviour.md §5 and §14 invariants 39-45.
 
 Real files in tmp_path. The database is faked at its boundary: ``FakeDB.replay``
 is what the broker's replay does (one all-or-nothing transaction per chunk,

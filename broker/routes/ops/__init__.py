@@ -1,6 +1,6 @@
 """Operator routes: resources, consumer groups, messages, traces, status,
-analytics, statistics jobs and metrics (api.md §10–§15), and the operator views of
-key/value, locks and timers (state)."""
+analytics, statistics jobs and metrics (docs/wire-contract.md §10–§15), and the operator
+views of key/value, locks and timers (state)."""
 from __future__ import annotations
 
 from broker.routes.ops import (

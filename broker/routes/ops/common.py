@@ -23,7 +23,7 @@ def time_range(a: Mapping[str, str], default: dt.timedelta = dt.timedelta(hours=
                round_to_minute: bool = False) -> tuple[dt.datetime, dt.datetime]:
     """``from``/``to`` query parameters (any ISO-8601; default: the last ``default``).
     With ``round_to_minute`` a defaulted ``to`` is rounded up to the next minute
-    (api.md §13.1)."""
+    (docs/wire-contract.md §13.1)."""
     raw_to, raw_from = q_str(a, "to"), q_str(a, "from")
     if raw_to is not None:
         until = parse_timestamp(raw_to, "to")

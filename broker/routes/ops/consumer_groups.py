@@ -1,4 +1,4 @@
-"""Consumer groups (api.md §11): listing, lag, deletion, subscription rewrite, seek.
+"""Consumer groups (docs/wire-contract.md §11): listing, lag, deletion, subscription rewrite, seek.
 
 Cursors are positions (``seq``): a seek sets the position, releases the lease
 (its holder's acks then fail with "Invalid or expired lease") and, when the

@@ -1,4 +1,4 @@
-"""Message browsing for operators (api.md §13): list, detail, delete."""
+"""Message browsing for operators (docs/wire-contract.md §13): list, detail, delete."""
 from __future__ import annotations
 
 from sanic import Blueprint, Request

@@ -1,4 +1,4 @@
-"""Metrics (api.md §15.2, §15.3): JSON at /metrics, Prometheus text at
+"""Metrics (docs/wire-contract.md §15.2, §15.3): JSON at /metrics, Prometheus text at
 /metrics/prometheus.
 
 The Prometheus page is rendered by prometheus-client from a registry built per
@@ -88,7 +88,7 @@ def wants_prometheus_text(request: Request) -> bool:
 
 @bp.get("/metrics")
 async def metrics_json(request: Request):
-    """JSON (api.md §15.2) by default; Prometheus text for a scraper, so a
+    """JSON (docs/wire-contract.md §15.2) by default; Prometheus text for a scraper, so a
     scrape job pointed at /metrics works as well as one at /metrics/prometheus."""
     if wants_prometheus_text(request):
         return await metrics_prometheus(request)

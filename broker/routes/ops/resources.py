@@ -1,5 +1,5 @@
-"""Queue resources beyond the basic queue routes of admin.py (api.md §10.4–§10.7):
-namespaces, tasks, overview, partitions, depth."""
+"""Queue resources beyond the basic queue routes of admin.py (docs/wire-contract.md
+§10.4–§10.7): namespaces, tasks, overview, partitions, depth."""
 from __future__ import annotations
 
 from sanic import Blueprint, Request
@@ -94,7 +94,7 @@ async def depth(request: Request, queue: str):
     return json({
         "queue": queue, "group": group, "pending": pending,
         "partitionsPending": sum(1 for r in rows if r["pending"] > 0),
-        "conflation": False,           # this broker does not conflate (api.md §17 item 4)
+        "conflation": False,           # no conflation here (docs/wire-contract.md §17 item 4)
         "effectivePending": pending,
         "partitions": [{"partition": r["partition"], "pending": r["pending"]} for r in rows],
     })

@@ -1,4 +1,5 @@
-"""Statistics refresh and the background jobs' figures (api.md §11.9, behaviour.md §7).
+"""Statistics refresh and the background jobs' figures (docs/wire-contract.md §11.9,
+docs/behaviour.md §7).
 
 * ``POST /api/v1/stats/refresh`` forces a stats cycle on this broker now (body
   optional; ``{"full": true}`` recounts every partition). Another replica

@@ -1,6 +1,6 @@
-"""Dashboard status and analytics (api.md §14.2). Shapes are stable JSON; counters
-come from queen.stats once the stats job has populated it (``statsAge`` says how
-old they are), from the base tables before that. Time series are read from
+"""Dashboard status and analytics (docs/wire-contract.md §14.2–§14.4). Shapes are stable
+JSON; counters come from queen.stats once the stats job has populated it (``statsAge`` says
+how old they are), from the base tables before that. Time series are read from
 base tables and the collector's metric tables, filtered by ``from``/``to``."""
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ async def status_queue(request: Request, queue: str):
 
 @bp.get("/api/v1/status/queues/<queue:str>/messages", unquote=True)
 async def status_queue_messages(request: Request, queue: str):
-    """The queue's newest messages (a JSON array, api.md §14.2)."""
+    """The queue's newest messages (a JSON array, docs/wire-contract.md §14.3)."""
     a = args(request)
     limit = q_int(a, "limit", 50, minimum=1, maximum=1000)
     offset = q_int(a, "offset", 0, minimum=0)

@@ -1,4 +1,5 @@
-"""Message traces (api.md §14.1): record from consumers, read by message and by name."""
+"""Message traces (docs/wire-contract.md §14.1): record from consumers, read by message and
+by name."""
 from __future__ import annotations
 
 from urllib.parse import unquote

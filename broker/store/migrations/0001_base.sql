@@ -16,7 +16,7 @@
 -- Positions: every message gets a per-partition `seq` assigned while the push
 -- holds the partition row lock, so positions follow commit order. A consumer's
 -- cursor is a `seq`; a message committed to a partition can never land behind a
--- cursor that already moved past it (api.md §3 point 11).
+-- cursor that already moved past it (docs/wire-contract.md §3 item 11).
 
 CREATE SCHEMA IF NOT EXISTS queen;
 
