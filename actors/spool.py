@@ -41,9 +41,10 @@ in a thread, never on the event loop; single short appends stay on it.
 
 Sticky failover: ``Spool.backlog`` (a :class:`SpoolBacklog`, also handed out
 by ``backlog_ref()``) counts, per (queue, partition), the events spooled but
-not yet replayed. While a partition has any, the broker's push route sends its
-new pushes to the spool as well, so the drain replays them after the older
-ones and the partition keeps the order its pushes were acknowledged in. The
+not yet replayed. While a partition has any, the push service
+(broker/service/push.py) sends its new pushes to the spool as well, so the drain
+replays them after the older ones and the partition keeps the order its pushes
+were acknowledged in. The
 counts only drop once a replayed chunk's transaction returned (or when a file
 is quarantined: its events leave the order chain).
 """

@@ -6,9 +6,18 @@ Sanic: a push, a pop with the hot-list's claim protocol, an ack, a
 transaction, the spool's replay and the wakes after a commit or a released
 lease all live here, and each is testable without HTTP.
 
-    context.py   BrokerContext: the typed application context (app.ctx)
-    push.py      push, spool diversion, replay of spooled pushes, wakes after commit
-    pop.py       pop: hot-list candidates, the claim, verdicts back, long poll
-    ack.py       ack, transaction, lease renewal, wakes after a released lease
-    gauges.py    instant figures of this broker (metrics collector, /metrics)
+    context.py    BrokerContext: the typed application context (app.ctx)
+    push.py       push, spool diversion, replay of spooled pushes, wakes after commit
+    pop.py        pop: hot-list candidates, the claim, verdicts back, long poll
+    ack.py        ack, transaction, lease renewal, wakes after a released lease
+    gauges.py     instant figures of this broker (metrics collector, /metrics)
+    analytics.py  status and analytics answers in the dashboard's shapes
+    streams.py    /streams/v1: queries, state reads, the one-statement cycle
+    reads.py      offset reads and partition discovery (no lease, no cursor)
+    kv.py         the key/value batch and its path-style sugar
+    locks.py      locks and semaphores with fencing tokens
+    timers.py     timers: schedule, cancel, peek, list, delivery of due ones
+    riders.py     the kv and timers arrays of a transaction
+    state_ops.py  the operator views of key/value, locks and timers
+    migration.py  the copy of the queen schema to another PostgreSQL (pg_dump | pg_restore)
 """
