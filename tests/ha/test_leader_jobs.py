@@ -75,6 +75,10 @@ async def total(client, brokers, job: str, key: str) -> int:
     return sum([(await jobs(client, b))[job][key] for b in brokers])
 
 
+async def _ran_at_least(client, brokers, job: str, n: int) -> bool:
+    return await total(client, brokers, job, "ran") >= n
+
+
 async def configure(client, b, queue: str, **options):
     r = await client.post(f"{b.url}/api/v1/configure", json={"queue": queue, "options": options})
     assert r.status_code == 200, r.text
@@ -281,10 +285,15 @@ async def test_stats_skip_while_737002_held_and_retention_keeps_running(cluster,
             r = await client.post(f"{b.url}/api/v1/stats/refresh")
             assert r.status_code == 200 and r.json()["success"] is True
             assert r.json()["skipped"] is True
-        await asyncio.sleep(1.5)
+        # The signal: each broker's scheduled stats cycle came and skipped too (2 more skips
+        # than the refreshes), and retention kept sweeping meanwhile (4 cycles).
+        async def both_jobs_cycled() -> bool:
+            return (await total(client, brokers, "stats", "skipped") >= 2 + 2
+                    and await total(client, brokers, "retention", "ran") >= ran + 4)
+
+        await wait_until_async(both_jobs_cycled, 15, "scheduled stats skips, retention sweeps",
+                               interval=0.1)
         assert await total(client, brokers, "stats", "ran") == stats_ran
-        assert await total(client, brokers, "stats", "skipped") >= 2 + 2
-        assert await total(client, brokers, "retention", "ran") >= ran + 4
     finally:
         await tx.rollback()
     for b in brokers:
@@ -335,8 +344,10 @@ async def test_retention_disabled_or_zero_windows_delete_nothing(cluster, client
         await push(client, b, q, 4)
         await consume(client, b, q, 2)
     ran = await total(client, brokers, "retention", "ran")
-    await asyncio.sleep(2.5)
-    assert await total(client, brokers, "retention", "ran") >= ran + 5
+    # The signal: five sweeps ran after the messages were older than every window.
+    await wait_until_async(
+        lambda: _ran_at_least(client, brokers, "retention", ran + 5), 15, "five retention sweeps",
+        interval=0.1)
     for q in ("keep.off", "keep.zero"):
         assert await seqs(db, q) == [1, 2, 3, 4]
     assert await db.fetchval("SELECT count(*) FROM queen.retention_history") == 0
@@ -374,7 +385,11 @@ async def test_completed_retention_never_deletes_what_a_group_has_not_consumed(
         return await seqs(db, q, "p") == [5, 6, 7, 8, 9, 10]
 
     await wait_until_async(settled, 6, interval=0.1)
-    await asyncio.sleep(1.0)  # more cycles: still nothing the slow group has not seen
+    # More sweeps after it settled: still nothing the slow group has not seen.
+    ran = await total(client, brokers, "retention", "ran")
+    await wait_until_async(
+        lambda: _ran_at_least(client, brokers, "retention", ran + 3), 15,
+        "three more retention sweeps", interval=0.1)
     assert await seqs(db, q, "p") == [5, 6, 7, 8, 9, 10]
     assert await seqs(db, q, "lonely") == [1, 2, 3]
     assert await history_reaches(db, q, "completed_retention", 4) == 4
@@ -440,13 +455,24 @@ async def test_each_replica_writes_its_own_metrics_rows_without_any_lock(cluster
 
             await wait_until_async(flushed, 5, interval=0.1)
             before = await checker.fetchval("SELECT max(updated_at) FROM queen.worker_metrics")
-            await asyncio.sleep(1.5)
-            rows = await checker.fetch("SELECT DISTINCT port, worker_id FROM queen.system_metrics")
-            assert {(r["port"], r["worker_id"]) for r in rows} == {(p, w) for p, w, _ in ids}
-            pids = await checker.fetch("SELECT DISTINCT pid, worker_id FROM queen.worker_metrics")
-            assert {(r["pid"], r["worker_id"]) for r in pids} == {(pid, w) for _, w, pid in ids}
-            after = await checker.fetchval("SELECT max(updated_at) FROM queen.worker_metrics")
-            assert after > before  # written while both locks were held
+
+            async def every_replica_flushed_again() -> bool:
+                # The signal: a flush after `before`, and rows of all three replicas, all
+                # written while both job locks are held here.
+                after = await checker.fetchval("SELECT max(updated_at) FROM queen.worker_metrics")
+                rows = await checker.fetch(
+                    "SELECT DISTINCT port, worker_id FROM queen.system_metrics")
+                pids = await checker.fetch(
+                    "SELECT DISTINCT pid, worker_id FROM queen.worker_metrics")
+                return (after > before
+                        and {(r["port"], r["worker_id"]) for r in rows}
+                        == {(p, w) for p, w, _ in ids}
+                        and {(r["pid"], r["worker_id"]) for r in pids}
+                        == {(pid, w) for _, w, pid in ids})
+
+            await wait_until_async(every_replica_flushed_again, 15,
+                                   "every replica's metrics flushed under both locks",
+                                   interval=0.1)
             assert await queued(ids[2][2]) == 0
             m = await checker.fetchrow("""SELECT metrics, sample_count FROM queen.system_metrics
                                           WHERE port = $1 ORDER BY timestamp DESC LIMIT 1""",
