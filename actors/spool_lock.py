@@ -31,7 +31,7 @@ class SpoolDirectoryBusy(Exception):
 
 
 class SpoolDirectoryLock:
-    """Held from `acquire()` until `release()` or the process ends."""
+    """Held from `acquire()` until the process ends (its descriptor is never closed)."""
 
     def __init__(self, directory: Path | str) -> None:
         self.directory = Path(directory).resolve()
@@ -55,12 +55,3 @@ class SpoolDirectoryLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the last descriptor drops the flock
-            self._fd = None

@@ -16,24 +16,24 @@ CORS_HEADERS = {
 }
 
 
+# Seconds a client should wait before retrying a 503 (RFC 9110 §10.2.3): every 503 of this
+# broker is temporary (database unreachable or busy, spool draining), so every one says so.
+RETRY_AFTER_SECONDS = 1
+_RETRY_AFTER = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+
+
 def json(body: Any, status: int = 200) -> HTTPResponse:
+    """A JSON answer; a 503 carries Retry-After, whichever route gives it."""
     return HTTPResponse(
         ujson.dumps(body, escape_forward_slashes=False, ensure_ascii=False),
         status=status,
+        headers=_RETRY_AFTER if status == 503 else None,
         content_type="application/json",
     )
 
 
-# Seconds a client should wait before retrying a 503 (RFC 9110 §10.2.3): every 503 of this
-# broker is temporary (database unreachable or busy, spool draining), so every one says so.
-RETRY_AFTER_SECONDS = 1
-
-
 def error(message: str, status: int) -> HTTPResponse:
-    response = json({"error": message}, status=status)
-    if status == 503:
-        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return response
+    return json({"error": message}, status=status)
 
 
 def read_json(request: Request) -> Any:

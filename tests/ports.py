@@ -64,15 +64,7 @@ class PortAllocator:
                            f"{self.low}..{self.high} ({LOCK_DIR})")
 
     def take(self) -> int:
-        with self._lock:
-            while True:
-                if self._next is None or self._next >= self._end:
-                    self._claim_block()
-                assert self._next is not None
-                port, self._next = self._next, self._next + 1
-                if _bindable(port):
-                    return port
-
+        return self.take_range(1)
 
     def take_range(self, n: int) -> int:
         """The first of ``n`` consecutive such ports (for tools that lay ports out from a

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sanic import Blueprint, Request
 
-from broker.http import RETRY_AFTER_SECONDS, error, json, read_json
+from broker.http import error, json, read_json
 from broker.service import migration as mig
 
 bp = Blueprint("migration")
@@ -66,10 +66,7 @@ async def status(request: Request):
 async def validate(request: Request):
     target = _target(request, "target host, database, and user are required")
     code, body = await mig.validate(request.app.ctx.migration.source_dsn, target)
-    response = json(body, status=code)
-    if code == 503:
-        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return response
+    return json(body, status=code)
 
 
 @bp.post("/api/v1/migration/reset")

@@ -26,9 +26,5 @@ async def push(request: Request):
         return json([], status=201)
     answer = await service.push(ctx, items, producer_sub)
     if answer.outcome == "full":
-        response = json({"error": answer.error}, status=503)
-    else:
-        response = json(answer.results, status=_STATUS[answer.outcome])
-    if response.status == 503:
-        response.headers["Retry-After"] = "1"  # nothing acknowledged: send it again
-    return response
+        return json({"error": answer.error}, status=503)  # Retry-After: send it again
+    return json(answer.results, status=_STATUS[answer.outcome])

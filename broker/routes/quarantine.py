@@ -61,9 +61,7 @@ async def replay_entry(request: Request, ident: str):
     except StoreError as exc:  # still refused by PostgreSQL: kept in the quarantine
         return error(f"cannot replay {ident}: {exc}", 409)
     except SpoolBusy as exc:
-        response = error(f"cannot replay {ident} now: {exc}", 503)
-        response.headers["Retry-After"] = "1"
-        return response
+        return error(f"cannot replay {ident} now: {exc}", 503)
     return json(result)
 
 

@@ -133,18 +133,16 @@ def _scrub(text: str, secrets: list[str]) -> str:
 
 async def test_connection(target: Target) -> dict:
     """The reference's answer: always 200, `success` says whether the target answered."""
+    conn = None
     try:
         conn = await target.connect()
-    except Exception as exc:  # unreachable, refused, unresolvable, refused login, not PostgreSQL
-        return {"success": False, "message": "Connection failed",
-                "error": _scrub(_reason(exc), [target.password])}
-    try:
         version = await conn.fetchval("SELECT version()")
-    except Exception as exc:  # it answered the handshake, then failed
+    except Exception as exc:  # unreachable, unresolvable, refused login, not PostgreSQL, ...
         return {"success": False, "message": "Connection failed",
                 "error": _scrub(_reason(exc), [target.password])}
     finally:
-        await _close(conn)
+        if conn is not None:
+            await _close(conn)
     return {"success": True, "message": "Connection successful", "version": version}
 
 

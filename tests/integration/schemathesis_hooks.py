@@ -17,6 +17,8 @@ import zlib
 
 import schemathesis
 
+from broker.service.migration import MigrationInputError, parse_target
+
 LONG_POLL_CAP_MS = 500
 MIGRATION_PREFIX = "/api/v1/migration/"
 TARGET_HOSTS = (
@@ -42,14 +44,11 @@ def map_case(ctx, case):
             and isinstance(body.get("host"), str)):
         pick = zlib.crc32(body["host"].encode("utf-8", "surrogatepass")) % len(TARGET_HOSTS)
         mapped = {**body, "host": TARGET_HOSTS[pick]}
-        if _usable_port(body.get("port", 5432)):
+        try:  # the broker's own parser: would it connect with this body?
+            parse_target(mapped, "")
+        except MigrationInputError:
+            pass  # refused before any connection: the generated port stays, for its 400
+        else:
             mapped["port"] = int(os.environ["FUZZ_CLOSED_PORT"])
         case.body = mapped
     return case
-
-
-def _usable_port(port) -> bool:
-    """Would the broker take this port (broker.service.migration.parse_target's rule)?"""
-    if isinstance(port, str) and port.strip().isdecimal():
-        port = int(port)
-    return isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536
