@@ -1,8 +1,10 @@
 """The node-local disk spool (docs/behaviour.md §5, §14 invariants 39-45).
 
 Pushes are appended here, instead of going to PostgreSQL, while push
-maintenance is on or the database cannot be reached; a drain task replays them
-once the database takes writes again.
+maintenance is on or the database cannot be reached; a drain task uploads them
+into PostgreSQL's staging table once the database takes writes again, a whole
+file per transaction, and :mod:`actors.staging_merger` moves them on into the
+queues in the cluster's accept order (docs/spool-drain.md).
 
 Files live in one node-local directory::
 
@@ -22,17 +24,18 @@ Who touches what:
   ``finalize``, ``pause``/``resume``, ``stats``. Appends are plain, short
   ``os.write`` calls and are never queued behind a replay.
 * The drain task owns the ``.buf`` files: it asks the actor (through the
-  inbox) to finalize the active file, then replays finalized files oldest
+  inbox) to finalize the active file, then uploads finalized files oldest
   first outside the actor, so a slow database never blocks appends. It never
   looks at ``.tmp`` files. ``recover()`` and the drain share a lock, so two
-  replays never run at once.
+  uploads never run at once.
 
-A file is only deleted after each of its events was either replayed
-(duplicates count as replayed: the broker dedups by transactionId) or set
-aside in the quarantine (:mod:`actors.spool_quarantine`). A chunk the database
-rejects for good is split in halves until the rejected event stands alone; the
-others are committed in order and only that one is quarantined, so one bad
-event never costs its neighbours. A file that cannot even be read moves to
+A file is only deleted after its upload committed (PostgreSQL records the
+file in the same transaction, so an upload repeated after a crash is skipped)
+with each of its events either uploaded or set aside in the quarantine
+(:mod:`actors.spool_quarantine`): events that could never be stored are set
+aside before the upload, and when PostgreSQL refuses a file, the events it
+refuses are found (halves under savepoints) and set aside, and the rest is
+uploaded, so one bad event never costs its neighbours. A file that cannot even be read moves to
 ``failed/`` after ``quarantine_after`` attempts. The spool holds at most
 ``max_bytes`` of files: an append beyond it raises :class:`SpoolFull`.
 
@@ -41,12 +44,11 @@ in a thread, never on the event loop; single short appends stay on it.
 
 Sticky failover: ``Spool.backlog`` (a :class:`SpoolBacklog`, also handed out
 by ``backlog_ref()``) counts, per (queue, partition), the events spooled but
-not yet replayed. While a partition has any, the push service
-(broker/service/push.py) sends its new pushes to the spool as well, so the drain
-replays them after the older ones and the partition keeps the order its pushes
-were acknowledged in. The
-counts only drop once a replayed chunk's transaction returned (or when a file
-is quarantined: its events leave the order chain).
+not yet uploaded. While a partition has any, the push service
+(broker/service/push.py) sends its new pushes to the spool as well, so they
+are staged after the older ones and the partition keeps the order its pushes
+were acknowledged in. The counts only drop once a file's upload committed (or
+when a file is quarantined: its events leave the order chain).
 """
 from __future__ import annotations
 
@@ -68,7 +70,8 @@ from actors.spool_quarantine import Quarantine, entry_id, import_failed_files
 from broker.logs import Throttle, dropped_note
 from broker.validate import event_problem
 
-__all__ = ["Spool", "SpoolBacklog", "SpoolBusy", "SpoolError", "SpoolFull", "accepted_at", "read_records"]
+__all__ = ["Spool", "SpoolBacklog", "SpoolBusy", "SpoolError", "SpoolFull", "accepted_at",
+           "read_records", "spool_file_key"]
 
 _LEN = struct.Struct("<I")
 _NAME = re.compile(r"^queen-(\d{13})-(\d{8})\.(tmp|buf)$")
@@ -169,6 +172,14 @@ def tally_records(path: Path) -> tuple[int, Counter, dict]:
     return len(events) + skipped, Counter(event_pair(e) for e in events), firsts
 
 
+def spool_file_key(name: str) -> tuple[int, int]:
+    """``(file_ms, file_seq)`` of a spool file name ``queen-<ms>-<seq>.buf``."""
+    m = _NAME.match(name)
+    if m is None:
+        raise ValueError(f"not a spool file name: {name}")
+    return int(m[1]), int(m[2])
+
+
 def file_accept_us(name: str) -> int:
     """The creation time of a spool file (from its name), in microseconds:
     the accept time of events written before accept times were recorded."""
@@ -249,26 +260,30 @@ class Spool(AsyncioActor):
     """The disk spool of one broker process; see the module docstring."""
 
     def __init__(self, directory: Path | str, *,
+                 upload: Callable[[str, list[dict], list[int], dict[tuple[str, str], int]],
+                                  Awaitable[bool]],
                  replay: Callable[[list[dict], list[int] | None], Awaitable[Any]],
                  register: Callable[[Mapping[tuple[str, str], int] | None], Awaitable[None]]
                  | None = None,
-                 events_per_file: int = 10000, max_batch: int = 100, flush_ms: int = 100,
+                 events_per_file: int = 10000, flush_ms: int = 100,
                  max_bytes: int = 1 << 30,
                  is_transient: Callable[[BaseException], bool],
                  start_paused: bool = False, clock: Callable[[], float] = time.time,
                  files_per_cycle: int = 10, quarantine_after: int = 5,
                  cooldown_after: int = 10, cooldown_s: float = 5.0,
-                 recover_limit_s: float = RECOVER_LIMIT_S, settle_s: float = 1.0,
+                 recover_limit_s: float = RECOVER_LIMIT_S,
+                 on_uploaded: Callable[[int], None] | None = None,
                  owner: str = "queen"):
         super().__init__()
         self.directory = Path(directory)
         self.failed_dir = self.directory / "failed"
         self.quarantine = Quarantine(self.directory / "quarantine")
-        self._replay = replay
+        self._upload = upload
+        self._replay = replay  # the quarantine's replay: a direct push
+        self._on_uploaded = on_uploaded
         self._register = register
         self._is_transient = is_transient
         self._events_per_file = max(1, int(events_per_file))
-        self._max_batch = max(1, int(max_batch))
         self._flush_s = max(0.001, flush_ms / 1000)
         self._max_bytes = max(1, int(max_bytes))
         self._clock = clock
@@ -277,7 +292,6 @@ class Spool(AsyncioActor):
         self._cooldown_after = max(1, cooldown_after)
         self._cooldown_s = cooldown_s
         self._recover_limit_s = recover_limit_s
-        self._settle_s = settle_s
         self._owner = owner
         self.spool_id = owner  # read from (or written to) the directory at start
 
@@ -310,19 +324,14 @@ class Spool(AsyncioActor):
         self._file_first: dict[str, dict[tuple[str, str], int]] = {}  # .buf name -> pair -> first accept
         self._draining: tuple[str, list[dict]] | None = None  # the file being replayed, its events
         self._draining_stat: tuple = ()  # (size, mtime) it had when read
-        self._draining_next: list[int] = []  # its events' next accept times (_next_accepts)
 
         # the cluster-wide order (queen.spool_backlog)
         self._last_accept = 0  # accept times only rise, also when the wall clock steps back
         self._accept_seq = 0
         self._registered: dict[tuple[str, str], int] = {}  # what PostgreSQL lists for us
         self._register_dirty = False  # PostgreSQL may list more than we think (a held push)
-        self.order_exceptions = 0
-        self._late_pairs: Counter = Counter()  # bounded: the partitions with the most
-        self.waiting_for: str | None = None
         self._registration_ok = False  # the last registration reached PostgreSQL
         self._next_sync = 0.0  # loop time of the next registration sync while draining
-        self._settle_until = 0.0  # after an outage: peers register before anyone replays
         if register is not None:
             self._register_dirty = True  # a crash may have left rows of ours behind
         self.backlog = SpoolBacklog()
@@ -637,9 +646,6 @@ class Spool(AsyncioActor):
         await self._finalize_leftovers()
         if not await self._sync_registration() or self._paused:
             return 0
-        wait = self._settle_until - asyncio.get_running_loop().time()
-        if wait > 0:  # peers back from the same outage register first
-            await asyncio.sleep(wait)
         replayed = 0
 
         async def run() -> None:
@@ -697,7 +703,7 @@ class Spool(AsyncioActor):
         if not await self._sync_registration() or self._paused:
             return
         now = asyncio.get_running_loop().time()
-        if now < self._cooldown_until or now < self._settle_until:
+        if now < self._cooldown_until:
             return
         # Through the inbox: never interleaves with an append.
         await self._self.finalize()
@@ -751,24 +757,17 @@ class Spool(AsyncioActor):
             self._registration_ok = True
             self._cooldown_until, self._transient_streak = 0.0, 0
             if want:
-                self._settle_until = asyncio.get_running_loop().time() + self._settle_s
-                logger.info("spool: backlog of {} partition(s) registered; replaying in {} s",
-                            len(want), self._settle_s)
+                logger.info("spool: backlog of {} partition(s) registered; uploading",
+                            len(want))
         return True
 
-    def _oldest_map(self) -> dict[tuple[str, str], int]:
+    def _oldest_map(self, skip: str | None = None) -> dict[tuple[str, str], int]:
         """Per pending (queue, partition): the accept time of its oldest event
-        not replayed yet (files oldest first, then the active file)."""
+        not uploaded yet (files oldest first, then the active file), leaving
+        out file ``skip`` (the one being uploaded)."""
         out: dict[tuple[str, str], int] = {}
-        draining = self._draining
         for name in sorted(self._file_first):
-            if draining is not None and draining[0] == name:
-                done = self._done.get(name, ())
-                events = draining[1]
-                for k in range(self._progress.get(name, 0), len(events)):
-                    if k not in done:
-                        out.setdefault(event_pair(events[k]), accepted_at(events[k]))
-            else:
+            if name != skip:
                 for pair, accept in self._file_first[name].items():
                     out.setdefault(pair, accept)
         for _events, _pairs, _size, firsts in self._stranded.values():
@@ -778,29 +777,10 @@ class Spool(AsyncioActor):
             out.setdefault(pair, accept)
         return out
 
-    def _next_accepts(self, name: str, events: list[dict]) -> list[int]:
-        """Per event of file ``name``: the accept time of this broker's next
-        spooled event to the same partition, or a lower bound of it (any event
-        appended from now on is accepted later than the bound)."""
-        after: dict[tuple[str, str], int] = {}
-        for other in sorted(self._file_first):
-            if other > name:
-                for pair, accept in self._file_first[other].items():
-                    after.setdefault(pair, accept)
-        for pair, accept in self._active_first.items():
-            after.setdefault(pair, accept)
-        floor = self._next_accept()
-        seen: dict[tuple[str, str], int] = {}
-        out = [0] * len(events)
-        for k in range(len(events) - 1, -1, -1):
-            pair = event_pair(events[k])
-            out[k] = seen.get(pair) or after.get(pair, floor)
-            seen[pair] = accepted_at(events[k])
-        return out
-
     async def _drain_file(self, path: Path) -> tuple[str, int]:
-        """Replay one finalized file. Returns (outcome, events replayed now):
-        ok | transient | permanent | quarantined | paused | gone."""
+        """Upload one finalized file into PostgreSQL's staging table, then
+        delete it. Returns (outcome, events uploaded now): ok | transient |
+        permanent | quarantined | gone."""
         name = path.name
         try:
             stat = await asyncio.to_thread(_stat_key, path)
@@ -812,66 +792,77 @@ class Spool(AsyncioActor):
             return self._unreadable(path, exc), 0
         cached = self._draining
         if cached is not None and cached[0] == name and self._draining_stat == stat:
-            # A finalized file never changes: parse it once, not every cycle (a
-            # merge that waits for peers comes back many times a second).
-            events, next_accept = cached[1], self._draining_next
+            events = cached[1]  # a finalized file never changes: parse it once
         else:
-            failed, events, next_accept = await self._load_for_drain(path, stat)
+            failed, events = await self._load_for_drain(path, stat)
             if failed is not None:
                 return failed, 0
         done_set = self._done.setdefault(name, set())
-        pending_pairs: Mapping[tuple[str, str], int] = self._file_pairs.get(name) or {}  # unsettled
-        blocked: set[tuple[str, str]] = set()  # partitions waiting for a peer in this pass
-        done, k = 0, self._progress.get(name, 0)
-        while k < len(events):
-            if self._paused:
-                return "paused", done
-            if blocked and pending_pairs and blocked.issuperset(pending_pairs):
-                break  # everything left waits for a peer: no need to walk the rest
-            batch: list[int] = []
-            while k < len(events) and len(batch) < self._max_batch:
-                if k not in done_set and event_pair(events[k]) not in blocked:
-                    batch.append(k)
-                k += 1
-            if not batch:
-                break
-            outcome, committed = await self._replay_indexes(name, events, next_accept, batch,
-                                                            blocked)
-            done += committed
-            if outcome != "ok":
-                return outcome, done
-        if blocked:
-            # Other brokers' earlier pushes to these partitions come first; the
-            # rest of the file went ahead. Look again soon, not a cycle later.
-            asyncio.get_running_loop().call_later(_WAITING_RETRY_S, self._wake.set)
-            return "waiting", done
-        self.waiting_for = None
+        for k, event in enumerate(events):  # never storable: set aside without a round trip
+            problem = None if k in done_set else event_problem(event)
+            if problem is not None:
+                if not await self._quarantine_event(name, k, event, "invalid", problem):
+                    return "permanent", 0
+                self._settle(name, events, [k])
+        while True:
+            todo = [k for k in range(len(events)) if k not in done_set]
+            oldest = self._oldest_map(skip=name)
+            # Until the next registration sync, this spool also holds the file's
+            # partitions from a bound below any accept time still to come: a push
+            # appended to the active file during the upload is not in ``oldest``.
+            floor = max(self._last_accept + 1, time.time_ns() // 1000)
+            for pair in self._file_first.get(name, {}):
+                oldest[pair] = min(oldest.get(pair, floor), floor)
+            try:
+                uploaded = await self._upload(name, events, todo, oldest)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                rejected = getattr(exc, "rejected", None)
+                if isinstance(rejected, dict) and rejected:
+                    for k, reason in sorted(rejected.items()):
+                        if not await self._quarantine_event(name, k, events[k], "rejected",
+                                                            reason):
+                            return "permanent", 0
+                        self._settle(name, events, [k])
+                    continue  # the rest of the file
+                if self._transient(exc):
+                    self._transient_failure(name, exc)
+                    return "transient", 0
+                logger.error("spool: upload of {} failed: {}", name, _describe(exc))
+                return "permanent", 0
+            break
+        uploaded_now = len(todo) if uploaded else 0
+        self.replayed_events += uploaded_now
+        self._settle(name, events, todo)
+        self._registered, self._register_dirty = oldest, False
+        self._next_sync = 0.0  # drop the floors above at the next cycle
         try:
             await asyncio.to_thread(path.unlink)
         except FileNotFoundError:
             pass
-        except OSError as exc:  # replayed; a second replay is deduplicated anyway
-            logger.error("spool: cannot delete replayed {}: {}", name, exc)
-            return "permanent", done
+        except OSError as exc:  # uploaded; a second upload is skipped (the ledger)
+            logger.error("spool: cannot delete uploaded {}: {}", name, exc)
+            return "permanent", uploaded_now
         self._forget(name, fallback=len(events))
         self._db_healthy = True
         self._transient_streak = 0
-        self._register_dirty = True  # clear our rows for what this file held, not 0.5 s later
-        return "ok", done
+        if self._on_uploaded is not None and uploaded_now:
+            self._on_uploaded(uploaded_now)
+        return "ok", uploaded_now
 
-    async def _load_for_drain(self, path: Path,
-                              stat: tuple) -> tuple[str | None, list[dict], list[int]]:
-        """Read and prepare a file for the drain: ``(None, events, next_accept)``,
-        or ``(outcome, [], [])`` when it cannot be drained now."""
+    async def _load_for_drain(self, path: Path, stat: tuple) -> tuple[str | None, list[dict]]:
+        """Read and prepare a file for the drain: ``(None, events)``, or
+        ``(outcome, [])`` when it cannot be drained now."""
         name = path.name
         try:
             events, bad, torn = await asyncio.to_thread(read_records, path, True)
         except FileNotFoundError:
             self._forget(name)
-            return "gone", [], []
+            return "gone", []
         except OSError as exc:
             logger.error("spool: cannot read {}: {}", name, exc)
-            return self._unreadable(path, exc), [], []
+            return self._unreadable(path, exc), []
         if name not in self._file_events:  # appeared behind our back (copied in, restored)
             self._count_found(path)
         if torn:
@@ -881,104 +872,13 @@ class Spool(AsyncioActor):
                 await self._quarantine_raw(name, bad)
             except OSError as exc:
                 logger.error("spool: cannot quarantine unparseable records of {}: {}", name, exc)
-                return "permanent", [], []
+                return "permanent", []
         default = file_accept_us(name)
         for event in events:  # written before accept times were recorded: the file's time
-            if not isinstance(event.get("acceptedAt"), int):
+            if isinstance(event, dict) and not isinstance(event.get("acceptedAt"), int):
                 event["acceptedAt"] = default
-        next_accept = self._next_accepts(name, events)
-        self._draining, self._draining_stat, self._draining_next = (name, events), stat, next_accept
-        return None, events, next_accept
-
-    async def _replay_indexes(self, name: str, events: list[dict], next_accept: list[int],
-                              indexes: list[int], blocked: set[tuple[str, str]]) -> tuple[str, int]:
-        """Replay the events at ``indexes`` (file order). A batch the database
-        rejects for good is split in halves until the rejected event stands
-        alone, which is quarantined; every other event is committed, in order.
-        Events that could never be stored (an older version did not check
-        them) go to the quarantine without a round trip. An event behind a
-        peer's earlier spooled push to its partition waits, and so do its
-        partition's later events (added to ``blocked``); other partitions go
-        on. Returns ``(outcome, committed)``: ``ok``, ``transient`` or
-        ``permanent`` (the quarantine cannot be written)."""
-        committed = 0
-        todo: list[list[int]] = [indexes]  # a stack: the earliest events on top
-        while todo:
-            part = [k for k in todo.pop() if event_pair(events[k]) not in blocked]
-            if not part:
-                continue
-            bad = next((n for n, k in enumerate(part) if event_problem(events[k]) is not None),
-                       None)
-            if bad is not None and len(part) > 1:  # before it, it alone, after it
-                for piece in (part[bad + 1:], part[bad:bad + 1], part[:bad]):
-                    if piece:
-                        todo.append(piece)
-                continue
-            if bad is not None:  # set aside without a round trip
-                k = part[0]
-                if not await self._quarantine_event(name, k, events[k], "invalid",
-                                                    event_problem(events[k]) or "invalid event"):
-                    return "permanent", committed
-                self._settle(name, events, [k])
-                continue
-            try:
-                results = await self._replay([events[k] for k in part],
-                                             [next_accept[k] for k in part])
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if self._transient(exc):
-                    self._transient_failure(name, exc)
-                    return "transient", committed
-                if len(part) > 1:
-                    mid = len(part) // 2
-                    todo.append(part[mid:])
-                    todo.append(part[:mid])
-                    continue
-                k = part[0]
-                if not await self._quarantine_event(name, k, events[k], "rejected",
-                                                    _describe(exc)):
-                    return "permanent", committed
-                self._settle(name, events, [k])
-                continue
-            settled = self._merge_outcome(events, next_accept, part, results, blocked)
-            committed += len(settled)
-            self.replayed_events += len(settled)
-            self._settle(name, events, settled)
-        return "ok", committed
-
-    def _merge_outcome(self, events: list[dict], next_accept: list[int], part: list[int],
-                       results: Any, blocked: set[tuple[str, str]]) -> list[int]:
-        """Read one replayed batch's results: count order exceptions, note what
-        PostgreSQL now lists for us, block the partitions that wait for a peer,
-        and return the indexes that were committed (or found duplicate)."""
-        settled = []
-        rows = list(results) if results is not None else [None] * len(part)
-        for k, row in zip(part, rows):
-            pair = event_pair(events[k])
-            if row is not None and row["status"] == "waiting":
-                if pair not in blocked and row["peer"] and row["peer"] != self.waiting_for:
-                    logger.info("spool: waiting for {}'s earlier spooled pushes to {}/{}",
-                                row["peer"], pair[0], pair[1])
-                    self.waiting_for = row["peer"]
-                blocked.add(pair)
-                continue
-            if row is not None and row["late"]:
-                self._order_exception(events[k])
-            if pair in self._registered:  # the replay moved our row on to this
-                self._registered[pair] = next_accept[k]
-            settled.append(k)
-        return settled
-
-    def _order_exception(self, event: Mapping[str, Any]) -> None:
-        pair = event_pair(event)
-        self.order_exceptions += 1
-        if pair in self._late_pairs or len(self._late_pairs) < 1000:
-            self._late_pairs[pair] += 1
-        logger.warning("spool: order exception: {}/{} transactionId {} (accepted {}) landed after "
-                       "a push accepted later (a peer taken for dead, or committed before this "
-                       "broker could register its spool)", pair[0], pair[1],
-                       event.get("transactionId"), event.get("acceptedAt"))
+        self._draining, self._draining_stat = (name, events), stat
+        return None, events
 
     async def _quarantine_event(self, name: str, index: int, event: dict, reason: str,
                                 error: str) -> bool:
@@ -1049,7 +949,7 @@ class Spool(AsyncioActor):
 
     def _transient_failure(self, name: str, exc: BaseException) -> None:
         if self._db_healthy:  # one line per outage, not one per 100 ms cycle
-            logger.warning("spool: replay of {} failed, database unreachable ({}); keeping it",
+            logger.warning("spool: upload of {} failed, database unreachable ({}); keeping it",
                            name, exc)
         self._db_healthy = False
         self._permanent.pop(name, None)
@@ -1147,13 +1047,11 @@ class Spool(AsyncioActor):
         if problem is not None:
             raise ValueError(problem)
         results = await self._replay([event], None)
-        if results and results[0]["status"] == "held":
-            self._register_dirty = True  # PostgreSQL listed us as holding it; set that right
-            raise SpoolBusy(f"spooled pushes to {event.get('queue')}/{event.get('partition')} "
-                            "are still being replayed; retry shortly")
         await asyncio.to_thread(self.quarantine.remove, ident)
         self.quarantined_events = max(0, self.quarantined_events - 1)
         status = results[0]["status"] if results else "queued"
+        if status == "staged":  # durable, behind staged pushes to its partition
+            status = "buffered"
         logger.info("spool: quarantined event {} replayed ({}/{}): {}", ident, event.get("queue"),
                     event.get("partition"), status)
         return {"id": ident, "status": status, "queue": event.get("queue"),
@@ -1181,18 +1079,12 @@ class Spool(AsyncioActor):
             "quarantinedFiles": self.quarantined_files,
             "quarantinedEvents": self.quarantined_events,
             "registeredPartitions": len(self._registered),
-            "waitingFor": self.waiting_for,
-            "orderExceptions": self.order_exceptions,
-            "orderExceptionPartitions": [
-                {"queue": q, "partition": p, "count": n}
-                for (q, p), n in self._late_pairs.most_common(20)],
         }
 
 
 # -- blocking helpers (run in a thread) ----------------------------------------------
 
 _COOLDOWN_LINES = Throttle(60.0)  # a long outage cools down again and again: once a minute
-_WAITING_RETRY_S = 0.01  # a file waiting for a peer's spool is looked at again this soon
 REGISTRATION_SYNC_S = 0.5  # how often a draining spool syncs its queen.spool_backlog rows
 
 

@@ -19,6 +19,7 @@ from actors.pop_waiters import PopWaiterRegistry
 from actors.reconciler import CacheReconciler, MaintenanceFlags, QueueConfigCache
 from actors.runtime import stop_all
 from actors.spool import Spool
+from actors.staging_merger import StagingMerger
 from actors.timer_sweeper import TimerSweeper
 from broker.auth import Authenticator
 from broker.config import Settings
@@ -44,6 +45,7 @@ from broker.routes import (
     system,
     timers,
 )
+from broker.service import drain as drain_service
 from broker.service import push as push_service
 from broker.service import timers as timers_service
 from broker.service.context import BrokerContext
@@ -148,6 +150,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             application_name=f"queen-broker:{settings.queen_server_id}",
             tls=unverified_tls() if settings.pg_tls_unverified else None)
         store.order_wait_ms = settings.file_buffer_order_wait_ms
+        store.settle_ms = settings.settle_ms
         app.ctx.store = store
         app.ctx.migration = Migration(dsn)
         # Refs for long_poll, proxies (built once: pykka introspects on each
@@ -191,17 +194,21 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         elif settings.queen_sync_enabled:
             logger.info("mesh sync enabled but no peers configured: local waker only")
         # The spool: recover what a previous run left before serving (docs/behaviour.md §5.5).
+        merger = StagingMerger.start(
+            lambda limit: drain_service.merge_once(app.ctx, limit),
+            lambda: drain_service.staged_count(app.ctx),
+            batch=settings.file_buffer_max_batch).proxy()
+        app.ctx.merger = merger
         spool = Spool.start(
             settings.file_buffer_dir,
-            replay=lambda events, next_accept: push_service.replay_spooled(
-                app.ctx, events, next_accept),
+            upload=lambda name, events, indexes, oldest: drain_service.upload_spooled(
+                app.ctx, name, events, indexes, oldest),
+            replay=lambda events, _next: push_service.push_spooled(app.ctx, events),
             register=store.register_spool,
+            on_uploaded=lambda _n: merger.kick(),
             events_per_file=settings.file_buffer_events_per_file,
-            max_batch=settings.file_buffer_max_batch, flush_ms=settings.file_buffer_flush_ms,
+            flush_ms=settings.file_buffer_flush_ms,
             max_bytes=settings.file_buffer_max_bytes,
-            # Peers back from the same outage register within one connect
-            # timeout and a few cycles; nobody replays before that.
-            settle_s=(settings.db_connection_timeout + 3 * settings.file_buffer_flush_ms) / 1000,
             is_transient=lambda exc: fails_every_request(exc) or isinstance(exc, StoreConflict),
             start_paused=flags.push, owner=settings.queen_server_id).proxy()
         app.ctx.spool = spool

@@ -356,9 +356,18 @@ VARIABLES: list[Variable] = [
        "Spool directory for pushes accepted while the database is down. One broker per "
        "directory: a broker holds FILE_BUFFER_DIR/lock while it runs, and another broker on "
        "the same directory refuses to start.", _path),
-    _v("FILE_BUFFER_FLUSH_MS", "100", "ms", "How often the spool is replayed.", _POSITIVE),
-    _v("FILE_BUFFER_MAX_BATCH", "100", "int", "Spooled events replayed per round trip.",
+    _v("FILE_BUFFER_FLUSH_MS", "100", "ms",
+       "How often the spool's drain runs (finalize the active file, upload finished ones into "
+       "PostgreSQL's staging table).", _POSITIVE),
+    _v("FILE_BUFFER_MAX_BATCH", "10000", "int",
+       "Staged events merged into the queues per transaction (the drain's merge batch).",
        _POSITIVE),
+    _v("FILE_BUFFER_SETTLE_MS", "auto", "ms",
+       "After PostgreSQL restarted or failed over: how long every push is staged and nothing "
+       "merged, so each broker that spooled during the outage registers its backlog first and "
+       "per-partition order holds across brokers. auto: DB_CONNECTION_TIMEOUT plus three "
+       "FILE_BUFFER_FLUSH_MS when QUEEN_MESH_PEERS names peers, else 0 (one broker). Brokers "
+       "sharing a database without the mesh set it.", _int(0), dynamic=lambda env: None),
     _v("FILE_BUFFER_EVENTS_PER_FILE", "10000", "int", "Events per spool file before rotating.",
        _POSITIVE),
     _v("FILE_BUFFER_ORDER_WAIT_MS", "30000", "ms",
@@ -485,6 +494,7 @@ class Settings:
     file_buffer_dir: Path
     file_buffer_flush_ms: int
     file_buffer_max_batch: int
+    file_buffer_settle_ms: int | None
     file_buffer_events_per_file: int
     file_buffer_order_wait_ms: int
     file_buffer_max_bytes: int
@@ -546,6 +556,15 @@ class Settings:
     def mesh_tls(self) -> bool:
         """Mutual TLS on the mesh (all three QUEEN_MESH_TLS_* are set; checked at load)."""
         return self.queen_mesh_tls_cert is not None
+
+    @property
+    def settle_ms(self) -> int:
+        """FILE_BUFFER_SETTLE_MS, with ``auto`` resolved."""
+        if self.file_buffer_settle_ms is not None:
+            return self.file_buffer_settle_ms
+        if not self.queen_mesh_peers:
+            return 0
+        return self.db_connection_timeout + 3 * self.file_buffer_flush_ms
 
     @property
     def mesh_active(self) -> bool:

@@ -7,6 +7,7 @@ from sanic import Blueprint, Request
 
 import broker
 from broker.http import args, error, json, read_json
+from broker.service.drain import spool_stats
 from broker.service.push import wake_after_commit
 from broker.store.schema import schema_version
 from broker.telemetry import telemetry
@@ -161,7 +162,7 @@ async def health(request: Request):
         "version": "1.0.0",
         "brokerVersion": broker.__version__,
         "shared_state": await shared_state(app),
-        "spool": await app.ctx.spool.stats(),
+        "spool": await spool_stats(app.ctx),
         "queen": {"worker_id": settings.worker_id, "status": "active"},
     }
     return json(body, status=200 if ok else 503)

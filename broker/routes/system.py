@@ -11,6 +11,7 @@ from __future__ import annotations
 from sanic import Blueprint, Request
 
 from broker.http import json, read_json
+from broker.service.drain import spool_stats
 from broker.service.gauges import cluster_backlog
 from broker.store.db import StoreError, StoreUnavailable
 from broker.wire import BadRequest, body_object
@@ -49,13 +50,18 @@ async def _refresh_flags(app) -> None:
 
 
 async def _buffer(app) -> dict:
-    stats = await app.ctx.spool.stats()
+    stats = await spool_stats(app.ctx)
     failed = stats["failedFiles"]
     return {
         "bufferedMessages": stats["pendingCount"],
         "bufferHealthy": stats["healthy"],
         "quarantinedEvents": stats["quarantinedEvents"],
         "orderExceptions": stats["orderExceptions"],
+        # the drain through PostgreSQL: staged pushes not merged yet, the merge rate
+        # here, and the expected time to empty at that rate (null: not merging here)
+        "staging": {k: stats["staging"][k] for k in ("stagedEvents", "stagedPartitions",
+                                                      "mergeRatePerSecond", "etaSeconds",
+                                                      "draining", "lastDrain")},
         "bufferStats": {"pendingCount": stats["pendingCount"], "failedCount": stats["failedCount"],
                         "dbHealthy": stats["dbHealthy"],
                         "pendingBytes": stats["pendingBytes"], "maxBytes": stats["maxBytes"],

@@ -39,6 +39,7 @@ class BrokerContext:
     hints: Hints = None  # type: ignore[assignment]
     mesh: Mesh | None = None     # None without peers
     spool: Any = None            # Spool proxy
+    merger: Any = None           # StagingMerger proxy (merges queen.staged into the queues)
     spool_backlog: SpoolBacklog = None  # type: ignore[assignment]
     push_batcher: Any = None     # Batcher proxy folding pushes
     ack_batcher: Any = None      # Batcher proxy folding acks

@@ -1,8 +1,8 @@
 """Push (docs/wire-contract.md §4): encrypt, fold into one statement with concurrent pushes,
 wake pops after commit; the spool takes over during maintenance, while
-PostgreSQL is unreachable, while this broker's spool still holds pushes for a
-partition, and when PostgreSQL answers that another broker's spool does
-(``held``). Also the spool's replay of what it holds."""
+PostgreSQL is unreachable, and while this broker's spool still holds pushes for a
+partition. PostgreSQL itself stages a push behind staged or spooled pushes to its
+partition (``staged``, answered ``buffered``; docs/spool-drain.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from loguru import logger
 
-from actors.spool import SpoolError, SpoolFull, accepted_at
+from actors.spool import SpoolError, SpoolFull
 from broker.service.context import BrokerContext
 from broker.store.db import PushRow, StoreUnavailable
 from broker.telemetry import telemetry
@@ -101,35 +101,22 @@ async def _push(ctx: BrokerContext, items: list[PushItem], producer_sub: str | N
         return await _spool(ctx, items, rows, producer_sub)
     wake_after_commit(ctx, {(i.queue, i.partition) for i, r in zip(items, results)
                             if r["status"] == "queued"})
-    held = [n for n, r in enumerate(results) if r["status"] == "held"]
-    if held:
-        # Another broker's spool (or this one's, after a restart) still holds
-        # pushes for these partitions: queue behind them in our own spool.
-        return await _spool_held(ctx, items, rows, results, held, producer_sub)
-    for r in results:
-        telemetry.messages[r["status"]] += 1
-    return PushAnswer("stored", [push_result(item, row, n)
-                                 for n, (item, row) in enumerate(zip(items, results))])
-
-
-async def _spool_held(ctx: BrokerContext, items: list[PushItem], rows: list[PushRow], results,
-                      held: list[int], producer_sub: str | None) -> PushAnswer:
-    """Some items committed, the ``held`` ones go to the spool: one answer per item."""
-    problem = await _to_spool(ctx, [items[n] for n in held], [rows[n] for n in held],
-                              producer_sub, registered=True)
-    out = []
+    out, staged = [], 0
     for n, (item, row) in enumerate(zip(items, results)):
-        if row["status"] == "held":
-            out.append({"index": n, "status": "buffered" if problem is None else "failed",
-                        "queue": item.queue, "partition": item.partition,
-                        "transactionId": item.transaction_id,
-                        **({"error": problem[1]} if problem else {})})
+        if row["status"] == "staged":
+            # Durable in queen.staged, behind earlier spooled pushes to its
+            # partition; the merge stores it in order and wakes the pops.
+            staged += 1
+            out.append({"index": n, "status": "buffered", "queue": item.queue,
+                        "partition": item.partition, "transactionId": item.transaction_id})
         else:
             telemetry.messages[row["status"]] += 1
             out.append(push_result(item, row, n))
-    if problem is not None:
-        return PushAnswer("failed", out, problem[1])
-    return PushAnswer("buffered" if len(held) == len(items) else "mixed", out)
+    if staged:
+        telemetry.messages["staged"] += staged
+        ctx.merger.kick()
+        return PushAnswer("buffered" if staged == len(items) else "mixed", out)
+    return PushAnswer("stored", out)
 
 
 async def _spool(ctx: BrokerContext, items: list[PushItem], rows: list[PushRow] | None,
@@ -182,14 +169,10 @@ async def _to_spool(ctx: BrokerContext, items: list[PushItem], rows: list[PushRo
     return None
 
 
-async def replay_spooled(ctx: BrokerContext, events: list[dict],
-                         next_accept: list[int] | None) -> list[Any]:
-    """The spool's replay: one transaction per chunk, transactionIds kept, so a
-    replay after a crash finds duplicates and counts them as success. With
-    ``next_accept`` the chunk is merged into the cluster's accept order (items
-    behind a peer's earlier spooled push answer ``waiting``); without it (an
-    operator replaying a quarantined event) it is a direct push (``held``
-    while spooled pushes to its partition wait)."""
+async def push_spooled(ctx: BrokerContext, events: list[dict]) -> list[Any]:
+    """Push spooled events directly (an operator replaying a quarantined
+    event): transactionIds kept, payloads of encrypted queues sealed when they
+    were spooled plain. One row per event, as Store.push answers."""
     cipher = ctx.cipher
     plain_queues = {e["queue"] for e in events if not e.get("encrypted")}
     flags = (await ctx.queue_cache.encryption_flags(plain_queues)
@@ -203,10 +186,9 @@ async def replay_spooled(ctx: BrokerContext, events: list[dict],
                             message_id=new_uuid7(), transaction_id=e["transactionId"],
                             trace_id=e.get("traceId"), payload=payload, encrypted=encrypted,
                             producer_sub=e.get("producerSub")))
-    if next_accept is None:
-        results = await ctx.store.push(rows)
-    else:
-        results = await ctx.store.replay(rows, [accepted_at(e) for e in events], next_accept)
+    results = await ctx.store.push(rows)
     wake_after_commit(ctx, {(r.queue, r.partition) for r, res in zip(rows, results)
                             if res["status"] == "queued"})
+    if any(res["status"] == "staged" for res in results):
+        ctx.merger.kick()
     return results

@@ -64,12 +64,13 @@ class StoreInvalidValue(StoreError):
 
 
 class PartitionHeld(StoreError):
-    """A push that cannot wait in a spool (a transaction, a DLQ retry) went to a
-    partition some broker's spool still holds pushes for: nothing was
+    """A push that cannot wait behind staged pushes (a transaction, a DLQ retry)
+    went to a partition that has staged rows or some broker's spooled pushes,
+    or arrived while the database settles after a restart: nothing was
     committed; a 503, retry shortly."""
 
     def __init__(self, queue: str, partition: str):
-        super().__init__(f"pushes to {queue}/{partition} are still being replayed from a "
+        super().__init__(f"pushes to {queue}/{partition} are still being drained from a "
                          "spool after a database outage or maintenance; retry shortly")
 
 
@@ -140,6 +141,21 @@ def _mapped_errors():
     except asyncpg.exceptions.PostgresError as exc:
         telemetry.ops["db_errors"] += 1
         raise StoreError(f"database error (SQLSTATE {exc.sqlstate})") from exc
+
+
+@contextlib.asynccontextmanager
+async def _jsonb_for_copy(conn: asyncpg.Connection):
+    """COPY is binary, and asyncpg has no binary jsonb encoder by default: for
+    the duration, jsonb goes as its binary form (a version byte, 1, then the
+    JSON text) and comes back as the same str the default codec gives."""
+    await conn.set_type_codec("jsonb", schema="pg_catalog", format="binary",
+                              encoder=lambda text: b"\x01" + text.encode(),
+                              decoder=lambda data: data[1:].decode())
+    try:
+        yield
+    finally:
+        if not conn.is_closed():
+            await conn.reset_type_codec("jsonb", schema="pg_catalog")
 
 
 def now_us() -> int:
@@ -243,6 +259,9 @@ class Store:
         # peer's spooled pushes hold a partition (FILE_BUFFER_ORDER_WAIT_MS).
         self.server_id = "queen"
         self.order_wait_ms = 30_000
+        # How long the cluster settles after the database restarted or failed
+        # over (queen.db_settling); 0 for a broker without peers.
+        self.settle_ms = 0
         self.server = ServerInUse()
         self.health = DatabaseHealth()
 
@@ -361,8 +380,7 @@ class Store:
             return q, await conn.fetch(sql.QUEUE_PARTITION_STATS, q["id"])
 
     # -- data path ---------------------------------------------------------
-    def _push_args(self, rows: Sequence[PushRow], accept: Sequence[int], replay: bool,
-                   next_accept: Sequence[int] | None) -> tuple:
+    def _push_args(self, rows: Sequence[PushRow], accept: Sequence[int]) -> tuple:
         return (
             list(range(len(rows))),
             [r.queue for r in rows],
@@ -373,32 +391,97 @@ class Store:
             [r.payload_json if r.payload_json is not None else _dumps(r.payload) for r in rows],
             [r.encrypted for r in rows],
             [r.producer_sub for r in rows],
-            list(accept), self.server_id, replay, list(next_accept) if next_accept else None,
-            self.order_wait_ms,
+            list(accept), self.server_id, self.order_wait_ms, self.settle_ms,
         )
 
     async def push(self, rows: Sequence[PushRow], conn: asyncpg.Connection | None = None,
                    accept_us: int | None = None) -> list[asyncpg.Record]:
         """Insert ``rows``, accepted at ``accept_us`` (broker clock, default
         now); returns (idx, message_id, partition_id, status, late, peer) in
-        input order. Items to partitions that some broker's spool still holds
-        pushes for answer ``held`` and are not inserted (see push_ordered)."""
+        input order. Items to partitions with staged rows or another broker's
+        spooled pushes, and every item while the database settles after a
+        restart, answer ``staged``: they are in queen.staged, durable, and the
+        merge moves them on in accept order (see push_ordered_v3)."""
         accept = [accept_us if accept_us is not None else now_us()] * len(rows)
-        args = self._push_args(rows, accept, False, None)
+        args = self._push_args(rows, accept)
         if conn is not None:
             with _mapped_errors():
                 return await conn.fetch(sql.PUSH_ORDERED, *args)
         async with self.connection() as c:
             return await c.fetch(sql.PUSH_ORDERED, *args)
 
-    async def replay(self, rows: Sequence[PushRow], accept: Sequence[int],
-                     next_accept: Sequence[int]) -> list[asyncpg.Record]:
-        """Insert spooled pushes in the cluster's accept order: items behind an
-        earlier pending push of a live peer answer ``waiting``; ``next_accept``
-        is, per item, the accept time of this broker's next spooled push to
-        the same partition (or a lower bound of it)."""
+    # -- the spool's drain (queen.staged) ----------------------------------
+    async def upload_spooled(self, spool_id: str, file_ms: int, file_seq: int,
+                             records: Sequence[tuple],
+                             oldest: Mapping[tuple[str, str], int]) -> bool:
+        """Stage one spool file in one transaction: its ledger row, its records
+        (tuples in ``sql.STAGED_COLUMNS`` order) by COPY, the partitions'
+        counters, and this spool's backlog rows replaced by ``oldest`` (what
+        is still on its disk). False when the file was uploaded before (a
+        crash between the commit and the file's deletion): nothing is done."""
+        counts: dict[tuple[str, str], int] = {}
+        for r in records:
+            pair = (r[5], r[6])
+            counts[pair] = counts.get(pair, 0) + 1
+        pairs = list(oldest.items())
+        async with self.connection() as c, _jsonb_for_copy(c):
+            async with c.transaction():
+                if not await c.fetchval(sql.UPLOAD_LEDGER, spool_id, file_ms, file_seq,
+                                        len(records)):
+                    return False
+                await c.execute(sql.PRUNE_UPLOADED, spool_id, file_ms, file_seq)
+                if records:
+                    await c.copy_records_to_table("staged", schema_name="queen",
+                                                  columns=sql.STAGED_COLUMNS, records=records)
+                    await c.execute(sql.STAGE_COUNT, [q for q, _ in counts],
+                                    [p for _, p in counts], list(counts.values()))
+                await c.execute(sql.SPOOL_REGISTER, spool_id, [q for (q, _), _ in pairs],
+                                [p for (_, p), _ in pairs], [t for _, t in pairs],
+                                self.order_wait_ms)
+        return True
+
+    async def rejected_records(self, records: Sequence[tuple]) -> dict[int, str]:
+        """Which of ``records`` PostgreSQL refuses for good, by position, and
+        why: each half is tried under a savepoint, down to single records,
+        inside a transaction that is always rolled back. Raises the store's
+        error when the database fails as a whole (nothing is judged then)."""
+        bad: dict[int, str] = {}
+
+        async def probe(c: asyncpg.Connection, lo: int, hi: int) -> None:
+            try:
+                async with c.transaction():  # a savepoint
+                    await c.copy_records_to_table("staged", schema_name="queen",
+                                                  columns=sql.STAGED_COLUMNS,
+                                                  records=records[lo:hi])
+                return
+            except (asyncpg.exceptions.DataError, asyncpg.exceptions.IntegrityConstraintViolationError,
+                    ValueError, TypeError, OverflowError) as exc:
+                if hi - lo == 1:
+                    bad[lo] = f"{exc.__class__.__name__}: {exc}"
+                    return
+            mid = (lo + hi) // 2
+            await probe(c, lo, mid)
+            await probe(c, mid, hi)
+
+        async with self.connection() as c, _jsonb_for_copy(c):
+            tx = c.transaction()
+            await tx.start()
+            try:
+                await probe(c, 0, len(records))
+            finally:
+                await tx.rollback()
+        return bad
+
+    async def merge_staged(self, limit: int) -> list[asyncpg.Record]:
+        """One merge batch; [] when another broker merges, the database
+        settles, or nothing is eligible."""
         async with self.connection() as c:
-            return await c.fetch(sql.PUSH_ORDERED, *self._push_args(rows, accept, True, next_accept))
+            return await c.fetch(sql.MERGE_STAGED, limit, self.server_id, self.order_wait_ms,
+                                 self.settle_ms)
+
+    async def staging_summary(self) -> asyncpg.Record:
+        async with self.connection() as c:
+            return await c.fetchrow(sql.STAGING_SUMMARY)
 
     async def register_spool(self, oldest: Mapping[tuple[str, str], int] | None) -> None:
         """This broker's whole spool backlog (None: heartbeat only)."""
@@ -505,7 +588,7 @@ class Store:
                                    payload=first["payload"], encrypted=first["is_encrypted"],
                                    producer_sub=first["producer_sub"])
                     pushed = await self.push([copy], conn=conn)
-                    if pushed[0]["status"] == "held":
+                    if pushed[0]["status"] == "staged":
                         raise PartitionHeld(first["queue"], first["partition"])
         return dead, pushed[0]
 
@@ -581,7 +664,8 @@ async def _transaction_once(store: Store, steps: list[tuple[str, list]],
                 for step, (kind, rows) in enumerate(steps):
                     if kind == "push":
                         pushed = await store.push(rows, conn=conn)
-                        held = next((n for n, r in enumerate(pushed) if r["status"] == "held"), None)
+                        held = next((n for n, r in enumerate(pushed)
+                                     if r["status"] == "staged"), None)
                         if held is not None:
                             raise PartitionHeld(rows[held].queue, rows[held].partition)
                         results.append(pushed)

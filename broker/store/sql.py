@@ -9,11 +9,54 @@ from broker.store.figures_sql import partition_figures
 
 PUSH_ORDERED = """
 SELECT idx, message_id, partition_id, status, late, peer
+FROM queen.push_ordered_v3($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+"""
+"""Insert items (parallel arrays), aware of staging and of the cluster-wide spool
+backlog; one row per item: 'queued', 'duplicate', or 'staged' (into queen.staged,
+behind earlier staged or spooled pushes to its partition, or while the database
+settles after a restart; queen.merge_staged moves it on)."""
+
+PUSH_REPLAY = """
+SELECT idx, message_id, partition_id, status, late, peer
 FROM queen.push_ordered_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 """
-"""Insert items (parallel arrays), aware of the cluster-wide spool backlog; one
-row per item: 'queued', 'duplicate', 'held' (direct push behind spooled ones)
-or 'waiting' (replay behind a peer's earlier spooled push)."""
+"""The previous release's spool replay (items behind a peer's earlier spooled
+push answer 'waiting'); kept for tests of mixed-version clusters only."""
+
+UPLOAD_LEDGER = """
+INSERT INTO queen.uploaded_files (spool_id, file_ms, file_seq, events)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (spool_id, file_ms, file_seq) DO NOTHING
+RETURNING true
+"""
+"""Record a spool file's upload, first in its transaction; no row: uploaded before."""
+
+STAGED_COLUMNS = ("accept_us", "spool_id", "file_ms", "file_seq", "rec_no", "queue_name",
+                  "partition_name", "message_id", "transaction_id", "trace_id", "payload",
+                  "is_encrypted", "producer_sub")
+"""The columns of queen.staged an upload COPYs, in this order."""
+
+STAGE_COUNT = "SELECT queen.stage_count($1, $2, $3)"
+"""Count newly staged rows per (queue, partition), and hold those partitions."""
+
+PRUNE_UPLOADED = """
+DELETE FROM queen.uploaded_files
+WHERE spool_id = $1 AND (file_ms, file_seq) < ($2, $3)
+"""
+"""Forget a spool's uploaded files older than the one being uploaded: the drain goes
+oldest first and stops at a file it cannot finish, so those are gone from its disk."""
+
+MERGE_STAGED = """
+SELECT queue_name, partition_name, partition_id, merged, duplicates, late
+FROM queen.merge_staged($1, $2, $3, $4)
+"""
+"""One merge batch (see queen.merge_staged): one row per (queue, partition) touched."""
+
+STAGING_SUMMARY = """
+SELECT coalesce(sum(staged), 0)::bigint AS events, count(*) AS partitions
+FROM queen.staged_partitions
+"""
+"""Staged events not merged yet, and over how many partitions."""
 
 SPOOL_REGISTER = "SELECT queen.spool_register($1, $2, $3, $4, $5)"
 """Replace this broker's rows in queen.spool_backlog (NULL arrays: heartbeat only)."""

@@ -66,7 +66,7 @@ async def cycle(store: Store, query_id: str, partition_id: str, ops: Sequence[St
     deadlock. Raises PartitionHeld (a sink partition a spool holds) or TransactionAborted
     (the ack refused: its reason); either way nothing was committed."""
     (idx, queues, partitions, ids, txids, traces, payloads, encrypted, subs, accept, server,
-     _replay, _next, wait_ms) = store._push_args(pushes, [now_us()] * len(pushes), False, None)
+     wait_ms, _settle_ms) = store._push_args(pushes, [now_us()] * len(pushes))
     args = (query_id, partition_id, [o.type for o in ops], [o.key for o in ops],
             [o.value_json for o in ops],  # JSON text, cast to jsonb in SQL
             group, ack.transaction_id if ack else None, ack.lease_id if ack else None,

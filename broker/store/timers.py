@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 
 from broker.store import timers_sql as sql
-from broker.store.db import PartitionHeld, PushRow, Store, StoreBusy, StoreConflict
+from broker.store.db import PushRow, Store, StoreBusy, StoreConflict
 from broker.wire import iso_milli, new_uuid7
 
 
@@ -112,11 +112,9 @@ async def deliver_due(store: Store, limit: int) -> Delivery:
                                 message_id=str(t["message_id"]), transaction_id=t["txn"],
                                 trace_id=None, payload=t["payload"], encrypted=t["is_encrypted"],
                                 producer_sub=t["producer_sub"]) for t in due]
-                pushed = await store.push(rows, conn=conn)
-                held = next((r for r, p in zip(rows, pushed) if p["status"] == "held"), None)
-                if held is not None:
-                    # A spool still replays pushes to that partition: all of this waits.
-                    raise PartitionHeld(held.queue, held.partition)
+                await store.push(rows, conn=conn)
+                # A push staged behind spooled ones (queen.staged) is durable and
+                # merged in order: the timer is delivered as far as it is concerned.
                 await conn.execute(sql.DELETE_DELIVERED, [t["queue_name"] for t in due],
                                    [t["timer_key"] for t in due])
         next_due = await conn.fetchval(sql.NEXT_DUE)

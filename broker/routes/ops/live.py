@@ -16,6 +16,7 @@ from sanic import Blueprint, Request
 
 from actors.live_series import THROUGHPUT_SECONDS
 from broker.http import args, json
+from broker.service.drain import spool_stats
 from broker.service.gauges import cluster_backlog
 from broker.wire import iso_milli, q_int
 
@@ -76,7 +77,7 @@ async def cluster(request: Request):
     app = request.app
     settings = app.ctx.settings
     mesh = app.ctx.mesh.stats() if app.ctx.mesh is not None else None
-    spool = await app.ctx.spool.stats()
+    spool = await spool_stats(app.ctx)
     return json({
         "server": settings.queen_server_id,
         "workerId": settings.worker_id,

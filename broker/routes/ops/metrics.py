@@ -28,6 +28,7 @@ from broker.routes.ops.common import (
     requests_rate,
 )
 from broker.service import state_ops
+from broker.service.drain import spool_stats
 from broker.service.gauges import gauges
 from broker.store import ops
 from broker.store.db import StoreError, StoreUnavailable
@@ -96,7 +97,7 @@ async def metrics_json(request: Request):
     snap = telemetry.snapshot()
     total_requests = sum(snap["requests"].values())
     proc = _process_figures()
-    spool = await request.app.ctx.spool.stats()
+    spool = await spool_stats(request.app.ctx)
     try:
         queues = await ops.queue_stats(request.app.ctx.store)
         state = await state_ops.metric_figures(request.app.ctx)
@@ -122,7 +123,8 @@ async def metrics_json(request: Request):
         "longPollsInFlight": g["long_polls_in_flight"],
         "spool": {key: spool[key] for key in ("pendingCount", "pendingBytes", "maxBytes",
                                               "rejectedFull", "quarantinedEvents", "dbHealthy",
-                                              "orderExceptions", "registeredPartitions")},
+                                              "orderExceptions", "registeredPartitions",
+                                              "staging")},
         # per queue, as of the last stats cycle (null while the database is unreachable)
         "queues": queues,
         # key/value namespaces, locks, timers: exact now (counters: this broker's)
@@ -136,7 +138,7 @@ async def snapshot(app) -> dict[str, Any]:
                             "process": _process_figures(),
                             "pool_waiting": _pool_waiting(app.ctx.store.pool)}
     try:
-        snap["spool"] = await app.ctx.spool.stats()
+        snap["spool"] = await spool_stats(app.ctx)
     except Exception as exc:  # the spool actor stopped: report what we can
         logger.warning("metrics: spool stats unavailable: {}", exc)
         snap["spool"] = None
@@ -237,6 +239,23 @@ class SnapshotCollector:
             yield counter("queen_file_buffer_rejected_full_total",
                           "Pushed items refused with 503 because the spool was full", [],
                           [([], spool.get("rejectedFull", 0))])
+            staging = spool.get("staging") or {}
+            yield gauge("queen_staged_events",
+                        "Staged pushes (queen.staged) not merged into the queues yet",
+                        staging.get("stagedEvents", 0))
+            yield counter("queen_staged_merged_total",
+                          "Staged pushes this broker's merge stored in the queues", [],
+                          [([], staging.get("mergedEvents", 0))])
+            yield counter("queen_staged_duplicates_total",
+                          "Staged pushes this broker's merge dropped as duplicates", [],
+                          [([], staging.get("duplicatesDropped", 0))])
+            yield gauge("queen_staged_merge_rate",
+                        "Staged pushes merged per second here over the last 10 s",
+                        staging.get("mergeRatePerSecond", 0))
+            yield gauge("queen_staged_eta_seconds",
+                        "Expected seconds until staging is empty at this broker's merge rate "
+                        "(-1: not merging here)",
+                        -1 if staging.get("etaSeconds") is None else staging["etaSeconds"])
         yield gauge("queen_long_polls_in_flight", "Long-poll pops waiting on this broker",
                     g["long_polls_in_flight"])
         yield gauge("queen_maintenance_mode_enabled", "Push maintenance mode",

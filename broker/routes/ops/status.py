@@ -15,6 +15,7 @@ from broker.routes.ops.common import (
     time_range,
 )
 from broker.service import analytics
+from broker.service.drain import spool_stats
 from broker.store import ops
 from broker.telemetry import telemetry
 from broker.wire import MAX_NAME, BadRequest, iso_milli, q_int, q_str
@@ -175,7 +176,7 @@ async def status_analytics(request: Request):
 @bp.get("/api/v1/status/buffers")
 async def buffers(request: Request):
     app = request.app
-    stats = await app.ctx.spool.stats()
+    stats = await spool_stats(app.ctx)
     return json({"pending": stats.get("pendingCount", 0), "failed": stats.get("failedCount", 0),
                  "dbHealthy": stats.get("dbHealthy", True), "worker": 0,
                  "fileBuffer": stats, "maintenanceMode": app.ctx.flags.push,
