@@ -376,6 +376,23 @@ class Spool(AsyncioActor):
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         await self._finalize_active()
+        await self._last_registration()
+
+    async def _last_registration(self) -> None:
+        """At a clean stop, leave PostgreSQL exactly what is still on disk: an
+        upload's floor rows (see _drain_file) would otherwise hold their
+        partitions until this spool is taken for dead (FILE_BUFFER_ORDER_WAIT_MS)."""
+        if self._register is None or not self._registered:
+            return
+        want = self._oldest_map()
+        if want == self._registered:
+            return
+        try:
+            await asyncio.wait_for(self._register(want), STOP_REGISTRATION_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the database is away: the rows age out
+            logger.info("spool: could not update the spool backlog at stop ({})", exc)
 
     def _read_spool_id(self) -> str:
         """This spool's name in queen.spool_backlog, kept in the directory: the
@@ -1086,6 +1103,7 @@ class Spool(AsyncioActor):
 
 _COOLDOWN_LINES = Throttle(60.0)  # a long outage cools down again and again: once a minute
 REGISTRATION_SYNC_S = 0.5  # how often a draining spool syncs its queen.spool_backlog rows
+STOP_REGISTRATION_S = 2.0  # at most this long for the last registration at a clean stop
 
 
 def _describe(exc: BaseException) -> str:

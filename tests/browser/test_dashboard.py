@@ -254,6 +254,10 @@ def test_push_maintenance_switched_on_from_the_page_buffers_pushes(dash, page):
         confirm(page)
         wait_until(lambda: page.locator("#mode-push-state").inner_text() == "off", 10,
                    "the page shows push maintenance off")
+        # The drain's own line: staged pushes, this broker's merge rate, time to empty.
+        staging = page.locator("#staging").inner_text()
+        assert staging.startswith("Staged in PostgreSQL (cluster-wide): "), staging
+        assert "/s here" in staging, staging
     finally:
         httpx.post(dash.url + "/api/v1/system/maintenance", json={"enabled": False})
     wait_until(lambda: httpx.get(f"{dash.url}/api/v1/browse/queues/{q}/partitions").status_code

@@ -1,9 +1,12 @@
 """The disk spool (actors/spool.py), docs/behaviour.md §5 and §14 invariants 39-45.
 
-Real files in tmp_path. The database is faked at its boundary: ``FakeDB.replay``
-is what the broker's replay does (one all-or-nothing transaction per chunk,
-dedup by (queue, partition, transactionId), duplicates count as success) and
-can be told to fail transiently (unreachable) or permanently (rejected).
+Real files in tmp_path. The database is faked at its boundary: ``FakeDB.upload``
+is what the broker's upload into PostgreSQL's staging table does (one
+all-or-nothing transaction per file, a ledger of uploaded files, the events
+PostgreSQL refuses named by index) and can be told to fail transiently
+(unreachable) or permanently (rejected). Dedup by (queue, partition,
+transactionId) stands in for the merge's. ``FakeDB.replay`` is the direct push
+an operator's quarantine replay makes.
 """
 from __future__ import annotations
 
@@ -24,7 +27,9 @@ class Unreachable(ConnectionError):
 
 
 class Rejected(ValueError):
-    pass
+    def __init__(self, message: str, rejected: dict[int, str] | None = None):
+        super().__init__(message)
+        self.rejected = rejected or {}
 
 
 class FakeDB:
@@ -41,23 +46,47 @@ class FakeDB:
         self.probe = None  # called with ("start" | "committed", events) inside replay
         self.running = 0
         self.max_running = 0
+        self.uploaded: set[str] = set()  # the ledger: spool files whose upload committed
+        self.oldest: list[dict] = []  # the backlog each upload registered
 
-    async def replay(self, events: list[dict], next_accept=None) -> None:
+    async def replay(self, events: list[dict], next_accept=None) -> list[dict]:
+        """The quarantine's direct push: one transaction."""
+        indexes = list(range(len(events)))
+        await self._transaction(events, indexes, lambda: None)
+        return [{"status": "queued"} for _ in events]
+
+    async def upload(self, name: str, events: list[dict], indexes: list[int], oldest) -> bool:
+        """One spool file, one transaction (see broker/service/drain.py); False when the
+        ledger lists the file already."""
+        def ledger() -> bool:
+            self.oldest.append(dict(oldest))
+            if name in self.uploaded:
+                return False
+            self.uploaded.add(name)
+            return True
+        return await self._transaction(events, indexes, ledger)
+
+    async def _transaction(self, events: list[dict], indexes: list[int], ledger) -> bool:
         self.calls += 1
         self.running += 1
         self.max_running = max(self.max_running, self.running)
+        chunk = [events[k] for k in indexes]
         try:
             if self.probe is not None:
-                self.probe("start", events)
+                self.probe("start", chunk)
             if self.gate is not None:
                 await self.gate.wait()
             await asyncio.sleep(0)
             if self.down or self.calls in self.down_on:
                 raise Unreachable("connection refused")
-            if any(e["transactionId"] in self.poison for e in events):
-                raise Rejected("invalid input syntax")
-            self.chunks.append(len(events))
-            for e in events:  # one transaction: nothing above raised
+            bad = {k: "invalid input syntax" for k in indexes
+                   if events[k]["transactionId"] in self.poison}
+            if bad:
+                raise Rejected("invalid input syntax", bad)
+            if ledger() is False:
+                return False
+            self.chunks.append(len(chunk))
+            for e in chunk:  # one transaction: nothing above raised
                 key = (e["queue"], e["partition"], e["transactionId"])
                 if key in self.keys:
                     self.duplicates += 1
@@ -65,7 +94,8 @@ class FakeDB:
                     self.keys.add(key)
                     self.rows.append(e)
             if self.probe is not None:
-                self.probe("committed", events)
+                self.probe("committed", chunk)
+            return True
         finally:
             self.running -= 1
 
@@ -116,6 +146,7 @@ async def make(db, sdir):
     refs = []
 
     def start(directory: Path | None = None, **kw):
+        kw.setdefault("upload", db.upload)
         kw.setdefault("replay", db.replay)
         kw.setdefault("is_transient", lambda exc: isinstance(exc, ConnectionError))
         kw.setdefault("flush_ms", 5)
@@ -187,8 +218,8 @@ async def test_rotation_finalizes_files_named_in_creation_order(make, sdir):
 
 # -- draining -----------------------------------------------------------------------
 
-async def test_replays_in_per_partition_push_order_in_chunks(make, db, sdir):
-    spool = make(max_batch=3, events_per_file=4).proxy()
+async def test_uploads_whole_files_in_per_partition_push_order(make, db, sdir):
+    spool = make(events_per_file=4).proxy()
     pushes = [[ev(f"{p}-{i}", partition=p) for p in ("a", "b") for i in range(n, n + 2)]
               for n in range(0, 10, 2)]
     for push in pushes:
@@ -196,7 +227,7 @@ async def test_replays_in_per_partition_push_order_in_chunks(make, db, sdir):
     await wait_until_async(lambda: len(db.rows) == 20)
     assert db.tids("a") == [f"a-{i}" for i in range(10)]
     assert db.tids("b") == [f"b-{i}" for i in range(10)]
-    assert max(db.chunks) <= 3
+    assert db.chunks == [4] * 5  # one upload per file, the whole file
     await wait_until_async(lambda: files(sdir, ".buf") == [])
     stats = await until_stats(spool, lambda st: st["pendingCount"] == 0)
     assert stats["pendingFiles"] == 0 and stats["dbHealthy"]
@@ -234,8 +265,9 @@ async def test_append_is_not_blocked_by_a_slow_replay(make, db, sdir):
     assert db.tids() == ["a"] + [f"b{i}" for i in range(5)]
 
 
-async def test_replaying_a_file_twice_inserts_nothing_twice(make, db, sdir, tmp_path):
-    """Invariant 41: crash after the commit, before the delete."""
+async def test_uploading_a_file_twice_stages_nothing_twice(make, db, sdir, tmp_path):
+    """Invariant 41: crash after the commit, before the delete. The second
+    upload finds the file in PostgreSQL's ledger and only deletes it."""
     spool = make(start_paused=True).proxy()
     await spool.append([ev("a"), ev("b", "p1"), ev("c")])
     assert await spool.finalize()
@@ -247,7 +279,7 @@ async def test_replaying_a_file_twice_inserts_nothing_twice(make, db, sdir, tmp_
     shutil.copy(tmp_path / "copy", buf)  # as if the delete never happened
     await spool.kick()
     await wait_until_async(lambda: not buf.exists())
-    assert db.tids() == ["a", "b", "c"] and db.duplicates == 3
+    assert db.tids() == ["a", "b", "c"] and db.duplicates == 0 and db.calls == 2
     assert (await spool.stats())["pendingCount"] == 0  # never negative
 
 
@@ -348,15 +380,17 @@ async def test_a_rejected_event_is_quarantined_alone_and_its_neighbours_commit(m
     assert stats["quarantinedEvents"] == 1 and stats["dbHealthy"]
 
 
-async def test_bisection_keeps_order_around_several_rejected_events(make, db, sdir):
+async def test_rejected_events_are_set_aside_and_the_rest_uploaded_in_order(make, db, sdir):
+    """PostgreSQL names the events it refuses (broker/service/drain.py finds
+    them under savepoints); the spool quarantines them and uploads the rest."""
     db.poison = {"t03", "t07"}
-    spool = make(start_paused=True, flush_ms=2, max_batch=10).proxy()
+    spool = make(start_paused=True, flush_ms=2).proxy()
     await spool.append([ev(f"t{i:02d}") for i in range(12)])
     await spool.resume()
     await wait_until_async(lambda: "t11" in db.tids())
     assert db.tids() == [f"t{i:02d}" for i in range(12) if i not in (3, 7)]
     assert [e["transactionId"] for e in await spool.quarantine_list()] == ["t03", "t07"]
-    assert db.calls <= 2 + 2 * 2 * 4  # the two chunks, plus ~2 log2(10) per rejected event
+    assert db.calls == 2  # refused naming both, then the rest
 
 
 async def test_unstorable_events_of_an_older_version_are_quarantined_without_a_round_trip(
@@ -370,7 +404,7 @@ async def test_unstorable_events_of_an_older_version_are_quarantined_without_a_r
     (sdir / "queen-1700000000000-00000000.buf").write_bytes(body)
     spool = make(flush_ms=10_000).proxy()
     assert await spool.recover() == 3
-    assert db.tids() == ["a", "b", "c"] and db.calls == 3  # [a], [b], [c]: no call for the bad
+    assert db.tids() == ["a", "b", "c"] and db.calls == 1  # the bad ones never sent
     entries = await spool.quarantine_list()
     assert [(e["transactionId"], e["reason"]) for e in entries] == [("nul", "invalid"),
                                                                      ("trace", "invalid")]
@@ -391,15 +425,16 @@ async def test_unparseable_records_are_quarantined_raw(make, db, sdir):
     assert base64.b64decode((await spool.quarantine_get(entry["id"]))["rawBase64"]) == junk
 
 
-async def test_transient_failure_during_bisection_resumes_without_losing_or_repeating(
+async def test_transient_failure_after_a_rejection_resumes_without_losing_or_repeating(
         make, db, sdir):
     db.poison = {"bad"}
-    db.down_on = {3}  # [a, bad, c, d] rejected; [a, bad] rejected; then the database is down
-    spool = make(flush_ms=10_000, max_batch=4).proxy()
+    db.down_on = {2}  # [a, bad, c, d] refused naming "bad"; then the database is down
+    spool = make(flush_ms=10_000).proxy()
     await spool.append([ev("a"), ev("bad"), ev("c"), ev("d")])
     await spool.finalize()
     assert await spool.recover() == 0
-    assert db.tids() == [] and await spool.quarantine_list() == []
+    assert db.tids() == []
+    assert [e["transactionId"] for e in await spool.quarantine_list()] == ["bad"]
     assert await spool.recover() == 3
     assert db.tids() == ["a", "c", "d"]
     assert [e["transactionId"] for e in await spool.quarantine_list()] == ["bad"]
@@ -548,15 +583,16 @@ async def test_backlog_counts_appends_across_partitions(make, sdir):
     assert stats["backlogPartitions"] == 3 and stats["pendingCount"] == 6
 
 
-async def test_backlog_holds_until_replay_returned(make, db, sdir):
+async def test_backlog_holds_until_the_upload_returned(make, db, sdir):
     db.gate = asyncio.Event()
     seen = []
-    ref = make(max_batch=2)
+    ref = make(events_per_file=3)
     spool = ref.proxy()
     backlog = await spool.backlog_ref()
     db.probe = lambda when, events: seen.append((when, backlog.count("q", "a"), backlog.count("q", "b")))
-    await spool.append([ev("a0", "a"), ev("a1", "a"), ev("a2", "a"), ev("b0", "b")])
-    await wait_until_async(lambda: db.calls == 1)  # the drain is stuck inside the first chunk's replay
+    await spool.append([ev("a0", "a"), ev("a1", "a"), ev("a2", "a")])
+    await spool.append([ev("b0", "b")])
+    await wait_until_async(lambda: db.calls == 1)  # the drain is stuck inside the first upload
     await asyncio.sleep(0.02)
     assert backlog.holds([("q", "a")]) and backlog.holds([("q", "b")])
     assert backlog.total() == 4
@@ -564,10 +600,27 @@ async def test_backlog_holds_until_replay_returned(make, db, sdir):
     await wait_until_async(lambda: backlog.total() == 0)
     assert not backlog.holds([("q", "a")]) and not backlog.holds([("q", "b")])
     assert db.tids() == ["a0", "a1", "a2", "b0"]
-    # each chunk still counted while its transaction ran, even once committed;
-    # taken off only after replay() returned
-    assert seen == [("start", 3, 1), ("committed", 3, 1), ("start", 1, 1), ("committed", 1, 1)]
+    # each file still counted while its transaction ran, even once committed;
+    # taken off only after upload() returned
+    assert seen == [("start", 3, 1), ("committed", 3, 1), ("start", 0, 1), ("committed", 0, 1)]
     assert (await spool.stats())["backlogPartitions"] == 0
+
+
+async def test_an_upload_registers_what_is_left_and_holds_its_own_partitions(make, db, sdir):
+    """The backlog an upload registers (in its transaction) is what is still
+    on disk, plus the uploaded file's partitions from a bound below any accept
+    time still to come: a push appended during the upload is held for too."""
+    db.gate = asyncio.Event()
+    spool = make(events_per_file=2).proxy()
+    await spool.append([ev("a0", "a"), ev("b0", "b")])  # file 1
+    await wait_until_async(lambda: db.calls == 1)
+    await spool.append([ev("b1", "b")])  # the active file
+    db.gate.set()
+    await wait_until_async(lambda: db.tids() == ["a0", "b0", "b1"])
+    first = db.oldest[0]
+    assert set(first) == {("q", "a"), ("q", "b")}
+    appended_b1 = db.rows[2]["acceptedAt"]
+    assert first[("q", "b")] <= appended_b1 and first[("q", "a")] > db.rows[0]["acceptedAt"]
 
 
 async def test_backlog_holds_pushes_spooled_during_a_drain(make, db, sdir):
@@ -647,10 +700,10 @@ async def test_backlog_drops_quarantined_events(make, db, sdir):
         encode_records([ev("a0", "a"), ev("bad", "p"), ev("p1", "p"), ev("a1", "a")]))
     (sdir / "queen-1700000000001-00000000.buf").write_bytes(encode_records([ev("a2", "a")]))
     db.poison = {"bad"}
-    spool = make(flush_ms=10_000, max_batch=1).proxy()  # recover() drives every attempt
+    spool = make(flush_ms=10_000).proxy()  # recover() drives every attempt
     backlog = await spool.backlog_ref()
     assert counts(backlog) == {("q", "a"): 3, ("q", "p"): 2}
-    assert await spool.recover() == 4  # "bad" is set aside, the rest replayed
+    assert await spool.recover() == 4  # "bad" is set aside, the rest uploaded
     assert backlog.total() == 0 and db.tids() == ["a0", "p1", "a1", "a2"]
     assert [e["transactionId"] for e in await spool.quarantine_list()] == ["bad"]
 
@@ -670,50 +723,24 @@ async def test_backlog_keeps_counts_through_transient_failures(make, db, sdir):
     assert db.tids() == ["a0", "b0", "a1"]
 
 
-async def test_backlog_retried_partial_file_subtracts_once(make, db, sdir):
+async def test_backlog_retried_file_subtracts_once(make, db, sdir):
     sdir.mkdir()
     (sdir / "queen-1700000000000-00000000.buf").write_bytes(
         encode_records([ev(f"a{i}", "a") for i in range(6)]))
     (sdir / "queen-1700000000001-00000000.buf").write_bytes(encode_records([ev("a6", "a")]))
-    db.down_on = {2}  # the second chunk fails once: the file is drained partially
-    spool = make(flush_ms=10_000, max_batch=2).proxy()
+    db.down_on = {2}  # the second file fails once
+    spool = make(flush_ms=10_000).proxy()
     backlog = await spool.backlog_ref()
     assert backlog.count("q", "a") == 7
-    assert await spool.recover() == 2
-    assert backlog.count("q", "a") == 5
-    assert await spool.recover() == 5  # resumes at the failed chunk
+    assert await spool.recover() == 6
+    assert backlog.count("q", "a") == 1
+    assert await spool.recover() == 1
     assert backlog.total() == 0 and db.tids() == [f"a{i}" for i in range(7)]
     assert db.duplicates == 0
 
 
-class ForgetfulSpool(Spool):
-    def forget_progress(self) -> None:
-        """As if the resume pointer of partially drained files were lost: only
-        the set of settled events is left to go by."""
-        self._progress.clear()
-
-
-async def test_backlog_chunk_replayed_twice_subtracts_once(make, db, sdir):
-    sdir.mkdir()
-    (sdir / "queen-1700000000000-00000000.buf").write_bytes(
-        encode_records([ev(f"a{i}", "a") for i in range(4)]))
-    db.down_on = {2}
-    spool = make(flush_ms=10_000, max_batch=2, cls=ForgetfulSpool).proxy()
-    backlog = await spool.backlog_ref()
-    assert await spool.recover() == 2
-    assert backlog.count("q", "a") == 2
-    await spool.forget_progress()
-    seen = []
-    db.probe = lambda when, events: seen.append((when, [e["transactionId"] for e in events],
-                                                 backlog.count("q", "a")))
-    assert await spool.recover() == 2  # a0 and a1 are known settled: not replayed again
-    assert db.duplicates == 0
-    assert seen == [("start", ["a2", "a3"], 2), ("committed", ["a2", "a3"], 2)]
-    assert backlog.total() == 0
-
-
-async def test_backlog_ignores_a_file_replayed_again_after_its_delete(make, db, sdir, tmp_path):
-    """A replayed file that reappears (crash before the delete) must not
+async def test_backlog_ignores_a_file_uploaded_again_after_its_delete(make, db, sdir, tmp_path):
+    """An uploaded file that reappears (crash before the delete) must not
     release newer spooled events of the same partition."""
     spool = make(flush_ms=10_000).proxy()
     backlog = await spool.backlog_ref()
@@ -724,7 +751,7 @@ async def test_backlog_ignores_a_file_replayed_again_after_its_delete(make, db, 
     assert await spool.recover() == 2 and backlog.total() == 0
     await spool.append([ev("a2", "a")])  # active file, not drained yet
     shutil.copy(tmp_path / "copy", buf)
-    assert await spool.recover() == 2 and db.duplicates == 2
+    assert await spool.recover() == 0 and db.duplicates == 0  # the ledger: skipped
     assert counts(backlog) == {("q", "a"): 1}
     await spool.finalize()
     assert await spool.recover() == 1

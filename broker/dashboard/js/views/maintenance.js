@@ -4,10 +4,21 @@ import { fill, actionButton, confirmAction, errorBox, fmt, h, toast } from "/das
 
 const MODES = [
   { id: "push", label: "Push maintenance", field: "maintenanceMode", path: "/api/v1/system/maintenance",
-    text: "While on, every broker of the cluster writes accepted pushes to its local disk spool instead of PostgreSQL and answers them \"buffered\". They stay durable and are replayed into PostgreSQL, in order, when the mode is switched off. Use it to take the database away for a while (upgrade, migration) without refusing producers." },
+    text: "While on, every broker of the cluster writes accepted pushes to its local disk spool instead of PostgreSQL and answers them \"buffered\". They stay durable and are uploaded into PostgreSQL's staging table and merged into the queues, in order, when the mode is switched off. Use it to take the database away for a while (upgrade, migration) without refusing producers." },
   { id: "pop", label: "Pop maintenance", field: "popMaintenanceMode", path: "/api/v1/system/maintenance/pop",
     text: "While on, every pop answers with no messages (consumers keep polling and see an empty queue); nothing is leased, acknowledged or lost, and pushes go on as usual. Use it to pause consumers cluster-wide without stopping them." },
 ];
+
+// The drain through PostgreSQL: staged pushes not merged yet, this broker's merge rate and the
+// expected time to empty at that rate.
+function stagingLine(st) {
+  if (!st) return h("span", {});
+  const eta = st.etaSeconds == null ? "not merging here" : `about ${fmt.n(st.etaSeconds)} s to empty`;
+  const last = st.lastDrain ? ` Last drain: ${fmt.n(st.lastDrain.mergedEvents)} merged here in ${st.lastDrain.seconds} s.` : "";
+  return h("p", { class: "muted", id: "staging" },
+    `Staged in PostgreSQL (cluster-wide): ${fmt.n(st.stagedEvents)} push(es) in ${fmt.n(st.stagedPartitions)} partition(s); ` +
+    `merging ${fmt.n(st.mergeRatePerSecond)}/s here, ${eta}.${last}`);
+}
 
 export async function render(root) {
   const box = h("div", {});
@@ -30,7 +41,8 @@ export async function render(root) {
               load();
             }, { id: `mode-${m.id}-toggle`, class: on ? "secondary" : "danger" })));
       }),
-      h("p", { class: "muted" }, `Spooled on this broker: ${fmt.n(state.bufferedMessages)} message(s); quarantined: ${fmt.n(state.quarantinedEvents)}.`));
+      h("p", { class: "muted" }, `Spooled on this broker: ${fmt.n(state.bufferedMessages)} message(s); quarantined: ${fmt.n(state.quarantinedEvents)}.`),
+      stagingLine(state.staging));
   }
   await load();
   const timer = setInterval(load, 5000);
