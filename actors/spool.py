@@ -10,7 +10,7 @@ Files live in one node-local directory::
 
     queen-<13-digit epoch ms>-<8-digit sequence>.tmp   the active file (appended to)
     queen-<13-digit epoch ms>-<8-digit sequence>.buf   finalized, waiting to be drained
-    quarantine/<id>.json                               one event the replay could not commit
+    quarantine/<id>.json                               one event PostgreSQL refused (or never could store)
     failed/<name>.buf                                  a whole file that could not be read
 
 Names sort in creation order, also across restarts: a new name is always
@@ -22,7 +22,7 @@ Who touches what:
 
 * The actor (its inbox) owns the active ``.tmp`` file: ``append``,
   ``finalize``, ``pause``/``resume``, ``stats``. Appends are plain, short
-  ``os.write`` calls and are never queued behind a replay.
+  ``os.write`` calls and are never queued behind an upload.
 * The drain task owns the ``.buf`` files: it asks the actor (through the
   inbox) to finalize the active file, then uploads finalized files oldest
   first outside the actor, so a slow database never blocks appends. It never

@@ -145,17 +145,23 @@ def _mapped_errors():
 
 @contextlib.asynccontextmanager
 async def _jsonb_for_copy(conn: asyncpg.Connection):
-    """COPY is binary, and asyncpg has no binary jsonb encoder by default: for
-    the duration, jsonb goes as its binary form (a version byte, 1, then the
-    JSON text) and comes back as the same str the default codec gives."""
+    """COPY is binary, and the pool's jsonb codec is text: for the duration,
+    jsonb goes as its binary form (a version byte, 1, then the JSON text,
+    given as str), then the pool's codec is set again (_json_codecs)."""
     await conn.set_type_codec("jsonb", schema="pg_catalog", format="binary",
                               encoder=lambda text: b"\x01" + text.encode(),
-                              decoder=lambda data: data[1:].decode())
+                              decoder=lambda data: ujson.loads(data[1:]))
     try:
         yield
     finally:
         if not conn.is_closed():
-            await conn.reset_type_codec("jsonb", schema="pg_catalog")
+            await _json_codecs(conn)
+
+
+async def _json_codecs(conn: asyncpg.Connection) -> None:
+    """Every pooled connection's json and jsonb codecs: Python values in, out."""
+    await conn.set_type_codec("jsonb", encoder=_dumps, decoder=ujson.loads, schema="pg_catalog")
+    await conn.set_type_codec("json", encoder=_dumps, decoder=ujson.loads, schema="pg_catalog")
 
 
 def now_us() -> int:
@@ -218,10 +224,7 @@ def unverified_tls() -> ssl.SSLContext:
 
 def _connection_setup(server: ServerInUse):
     async def init(conn: asyncpg.Connection) -> None:
-        await conn.set_type_codec("jsonb", encoder=_dumps, decoder=ujson.loads,
-                                  schema="pg_catalog")
-        await conn.set_type_codec("json", encoder=_dumps, decoder=ujson.loads,
-                                  schema="pg_catalog")
+        await _json_codecs(conn)
         row = await conn.fetchrow(_WHICH_SERVER)
         server.saw(row["host"], row["port"], row["in_recovery"])
     return init

@@ -21,7 +21,7 @@ def _ops(url: str, path: str, *operations: dict) -> list[dict]:
     """One batch of the state surfaces over HTTP (the official client installs signal
     handlers, which the sync Playwright tests' thread layout does not allow)."""
     r = httpx.post(url + path, json={"operations": list(operations)}, timeout=30)
-    r.raise_for_status()
+    assert r.status_code == 200, r.text
     return r.json()["results"]
 
 

@@ -12,6 +12,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 
@@ -165,3 +166,29 @@ async def test_a_direct_push_behind_staged_pushes_is_staged_and_lands_after_them
     finally:
         a.stop()
         b.stop()
+
+
+async def test_json_values_still_work_on_the_connection_that_uploaded(
+        db, tmp_path, queue_name):  # noqa: F811
+    """The upload switches its connection's jsonb codec to binary for COPY; the
+    pooled connection must come back with the pool's codec (Python values in and
+    out), or the next JSON-valued statement on it is refused. The smallest pool
+    (two connections) and a put on each, so the upload's connection is used."""
+    a = start_broker(db, tmp_path, DB_POOL_SIZE="2", QUEEN_SERVER_ID="codec-a")
+    try:
+        maintenance(a.url, True)
+        assert push_one(a.url, queue_name, "p", "c0") == "buffered"
+        maintenance(a.url, False)
+        rows = await wait_stored(db, queue_name, 1, timeout=30)
+        assert [t for _, t in rows] == ["c0"]
+        async with httpx.AsyncClient(base_url=a.url, timeout=10) as http:
+            async def put_get(n: int) -> None:
+                r = await http.post("/api/v1/kv", json={"operations": [
+                    {"op": "put", "ns": f"codec-{queue_name}", "key": f"k{n}", "value": {"n": n},
+                     "forever": True},
+                    {"op": "get", "ns": f"codec-{queue_name}", "key": f"k{n}"}]})
+                assert r.status_code == 200, r.text
+                assert r.json()["results"][1]["value"] == {"n": n}
+            await asyncio.gather(*(put_get(n) for n in range(16)))  # both connections busy
+    finally:
+        a.stop()

@@ -53,7 +53,7 @@ OPERATIONS = [
        summary="Both maintenance flags, the spool and the cluster's spool backlog",
        ok=obj({"maintenanceMode": BOOL, "popMaintenanceMode": BOOL, "bufferedMessages": INT,
                "bufferHealthy": BOOL, "quarantinedEvents": INT, "orderExceptions": INT,
-               "bufferStats": MAP, "clusterBacklog": nullable(arr(MAP))},
+               "staging": MAP, "bufferStats": MAP, "clusterBacklog": nullable(arr(MAP))},
               ["maintenanceMode", "popMaintenanceMode", "bufferedMessages"])),
     op("POST", "/api/v1/system/maintenance", tag=TAG,
        summary="Push maintenance on/off (pushes go to the spool while on)",
