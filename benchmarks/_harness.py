@@ -307,3 +307,11 @@ def fmt_broker(fig: dict | None) -> str:
     per = fig.get("broker_cpu_ms_per_1000")
     return (f"CPU {'-' if per is None else f'{per:,.1f}'} ms/1k msgs, RSS "
             f"{fig['broker_rss_mb']:.0f} MB (peak {fig['broker_peak_rss_mb']:.0f})")
+
+
+STORED_IN_SEQ_ORDER = """
+SELECT p.name AS partition, m.transaction_id, m.seq FROM queen.messages m
+JOIN queen.partitions p ON p.id = m.partition_id
+JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1
+ORDER BY p.name, m.seq"""
+"""A queue's stored messages, per partition in position order (the order checks' input)."""

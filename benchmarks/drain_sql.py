@@ -50,6 +50,7 @@ import ujson  # noqa: E402
 import uuid_utils  # noqa: E402
 
 from _harness import start_database  # noqa: E402
+from broker.store import sql as broker_sql  # noqa: E402
 from broker.store.schema import apply_schema  # noqa: E402
 
 MAX_BATCH = 100          # FILE_BUFFER_MAX_BATCH: events per replay round trip today
@@ -516,28 +517,29 @@ async def raw_limit(conn: asyncpg.Connection, data: Dataset) -> dict[str, float]
 # -- the prototype -----------------------------------------------------------------------------
 
 async def upload_file(conn: asyncpg.Connection, spool: str, events: list[Event],
-                      remaining: list[Event], crash: bool = False) -> int:
+                      remaining: list[Event], crash: bool = False, built: bool = False) -> int:
     """One spool file into staging, in one transaction: the ledger row first (a file uploaded
     before is skipped), the rows by COPY, the per-partition counters, and this spool's backlog
     registration narrowed to what is still on its disk. Returns the rows staged (0: already
     uploaded; the caller then just deletes the file). ``crash``: roll back at the end, as a
-    broker dying before the commit would."""
+    broker dying before the commit would. ``built``: the broker's own tables and SQL
+    (migration 0010, broker/store/sql.py) instead of the prototype's."""
     first = events[0]
     tx = conn.transaction()
     await tx.start()
     try:
-        if not await conn.fetchval(LEDGER_INSERT, spool, first.file_ms, first.file_seq,
-                                   len(events)):
+        if not await conn.fetchval(broker_sql.UPLOAD_LEDGER if built else LEDGER_INSERT,
+                                   spool, first.file_ms, first.file_seq, len(events)):
             await tx.rollback()
             return 0
-        await conn.copy_records_to_table("staged", schema_name="drain_proto",
+        await conn.copy_records_to_table("staged", schema_name="queen" if built else "drain_proto",
                                          records=[staged_record(e) for e in events],
                                          columns=STAGED_COLUMNS)
         counts: dict[tuple[str, str], int] = defaultdict(int)
         for e in events:
             counts[e.pair] += 1
-        await conn.execute(COUNT_STAGED, [q for q, _ in counts], [p for _, p in counts],
-                           list(counts.values()))
+        await conn.execute(broker_sql.STAGE_COUNT if built else COUNT_STAGED,
+                           [q for q, _ in counts], [p for _, p in counts], list(counts.values()))
         await register(conn, spool, remaining)
     except BaseException:
         await tx.rollback()
@@ -549,10 +551,11 @@ async def upload_file(conn: asyncpg.Connection, spool: str, events: list[Event],
     return len(events)
 
 
-async def merge_all(conn: asyncpg.Connection, batch: int, stats: dict) -> None:
+async def merge_all(conn: asyncpg.Connection, batch: int, stats: dict, built: bool = False) -> None:
     """Merge batches until nothing eligible is left."""
     while True:
-        rows = await conn.fetch(MERGE_CALL, batch, MERGER, WAIT_MS)
+        rows = await (conn.fetch(broker_sql.MERGE_STAGED, batch, MERGER, WAIT_MS, 0) if built
+                      else conn.fetch(MERGE_CALL, batch, MERGER, WAIT_MS))
         if not rows:
             return
         stats["calls"] += 1
@@ -563,11 +566,13 @@ async def merge_all(conn: asyncpg.Connection, batch: int, stats: dict) -> None:
         stats["woken"] += sum(1 for r in rows if r["merged"] > 0)
 
 
-async def upload_spool(conn: asyncpg.Connection, spool: str, files: list[list[Event]]) -> int:
+async def upload_spool(conn: asyncpg.Connection, spool: str, files: list[list[Event]],
+                       built: bool = False) -> int:
     """A spool's files, oldest first, each in its own transaction; the rows staged."""
     staged = 0
     for k, events in enumerate(files):
-        staged += await upload_file(conn, spool, events, [e for f in files[k + 1:] for e in f])
+        staged += await upload_file(conn, spool, events, [e for f in files[k + 1:] for e in f],
+                                    built=built)
     return staged
 
 
@@ -575,6 +580,7 @@ async def outage(conn: asyncpg.Connection, data: Dataset) -> None:
     """Every spool holds its events and says so in queen.spool_backlog; the merger beats.
     The ledger is emptied: each run replays the same file names on fresh queues."""
     await conn.execute("TRUNCATE drain_proto.uploaded_files")
+    await conn.execute("DELETE FROM queen.uploaded_files WHERE spool_id LIKE 'spool-%'")
     for spool in sorted(data.files):
         await register(conn, spool, [e for f in data.files[spool] for e in f])
     await conn.execute("SELECT queen.spool_beat($1, $2)", MERGER, WAIT_MS)
@@ -584,7 +590,8 @@ def new_stats() -> dict:
     return dict.fromkeys(("calls", "merged", "duplicates", "late", "woken", "staged"), 0)
 
 
-async def prototype(conn: asyncpg.Connection, data: Dataset, batch: int) -> dict:
+async def prototype(conn: asyncpg.Connection, data: Dataset, batch: int,
+                    built: bool = False) -> dict:
     """One connection, one step at a time: the first spool uploads and a merge runs (only
     what no other spool holds back may go), the other spools upload, the merge finishes."""
     await outage(conn, data)
@@ -594,13 +601,13 @@ async def prototype(conn: asyncpg.Connection, data: Dataset, batch: int) -> dict
 
     async def upload(names: list[str]) -> None:
         for spool in names:
-            staged[0] += await upload_spool(conn, spool, data.files[spool])
+            staged[0] += await upload_spool(conn, spool, data.files[spool], built)
 
     upload_s = await timed(conn, upload(spools[:1]))
-    merge_s = await timed(conn, merge_all(conn, batch, stats))
+    merge_s = await timed(conn, merge_all(conn, batch, stats, built))
     partial = stats["merged"] + stats["duplicates"]
     upload_s += await timed(conn, upload(spools[1:]))
-    merge_s += await timed(conn, merge_all(conn, batch, stats))
+    merge_s += await timed(conn, merge_all(conn, batch, stats, built))
     stats.update(staged=staged[0], upload_s=upload_s, merge_s=merge_s, partial=partial)
     return stats
 
@@ -776,7 +783,8 @@ def rate(n: int, seconds: float) -> float:
 Row = tuple[str, int, float, str]  # (what, events, events/s, notes)
 
 
-async def check_drained(conn: asyncpg.Connection, data: Dataset, st: dict) -> str:
+async def check_drained(conn: asyncpg.Connection, data: Dataset, st: dict,
+                        built: bool = False) -> str:
     """The prototype's invariants after a drain; a note for the table."""
     n = len(data.events)
     assert st["staged"] == n, f"{data.prefix}: staged {st['staged']} of {n}"
@@ -784,8 +792,9 @@ async def check_drained(conn: asyncpg.Connection, data: Dataset, st: dict) -> st
     assert st["duplicates"] == data.duplicates, (
         f"{data.prefix}: duplicates {st['duplicates']} != expected {data.duplicates}")
     assert st["late"] == 0, f"{data.prefix}: {st['late']} merged events flagged late"
-    left = await conn.fetchval("SELECT (SELECT count(*) FROM drain_proto.staged) + "
-                               "(SELECT count(*) FROM drain_proto.staged_partitions)")
+    schema = "queen" if built else "drain_proto"
+    left = await conn.fetchval(f"SELECT (SELECT count(*) FROM {schema}.staged) + "
+                               f"(SELECT count(*) FROM {schema}.staged_partitions)")
     assert left == 0, f"{data.prefix}: {left} staging rows or counters left after the merge"
     parts = await check_stored(conn, data, check_ids=True)
     return f"{st['calls']} merges, {st['duplicates']} dups, {parts} partitions"
@@ -816,6 +825,24 @@ async def run_prototype(conn: asyncpg.Connection, base: Dataset, batch: int,
         (f"proto merge, batch {batch}", n, rate(n, st["merge_s"]),
          f"{note}; {st['partial']} merged before the other spools uploaded"),
         (f"proto drain, one step at a time, batch {batch}", n, rate(n, total),
+         f"upload + merge times added; {rate(n, total) / limit:.2f} x raw limit"),
+    ]
+
+
+async def run_built(conn: asyncpg.Connection, base: Dataset, batch: int,
+                    limit: float) -> list[Row]:
+    """The broker's drain as built (queen.staged, queen.merge_staged), the same steps."""
+    n = len(base.events)
+    data = renamed(base, f"drainbench-built{batch}", n)
+    await seed_queues(conn, data)
+    st = await prototype(conn, data, batch, built=True)
+    note = await check_drained(conn, data, st, built=True)
+    total = st["upload_s"] + st["merge_s"]
+    return [
+        (f"built upload (queen.staged), batch {batch}", n, rate(n, st["upload_s"]),
+         "one file per transaction"),
+        (f"built merge (queen.merge_staged), batch {batch}", n, rate(n, st["merge_s"]), note),
+        (f"built drain, one step at a time, batch {batch}", n, rate(n, total),
          f"upload + merge times added; {rate(n, total) / limit:.2f} x raw limit"),
     ]
 
@@ -867,6 +894,7 @@ async def run(args: argparse.Namespace, dsn: str) -> list[Row]:
             if batch == args.batches[0]:
                 await check_idempotent_upload(conn, renamed(base, f"drainbench-b{batch}",
                                                             args.events))
+        table += await run_built(conn, base, args.batches[0], limit)
         table += await run_concurrent(conn, dsn, base, args.batches[0], limit)
         table += await run_current(conn, base, min(args.current_events, args.events))
     finally:
@@ -880,6 +908,8 @@ async def cleanup(conn: asyncpg.Connection) -> None:
     await conn.execute("DROP SCHEMA IF EXISTS drain_proto CASCADE")
     await conn.execute("DELETE FROM queen.queues WHERE name LIKE 'drainbench-%'")
     await conn.execute("DELETE FROM queen.spool_backlog WHERE server_id LIKE 'spool-%'")
+    await conn.execute("DELETE FROM queen.uploaded_files WHERE spool_id LIKE 'spool-%'")
+    await conn.execute("DELETE FROM queen.spool_backlog WHERE queue_name LIKE 'drainbench-%'")
     await conn.execute("DELETE FROM queen.spool_servers WHERE server_id LIKE 'spool-%' "
                        "OR server_id = $1", MERGER)
 

@@ -51,6 +51,7 @@ import scale_backlog  # noqa: E402
 import scale_fanout  # noqa: E402
 import scale_partitions  # noqa: E402
 from _harness import (  # noqa: E402
+    STORED_IN_SEQ_ORDER,
     Broker,
     BrokerMeter,
     RawHTTPClient,
@@ -873,11 +874,7 @@ async def bench_outage_ha(args: argparse.Namespace, failures: list[str]) -> dict
 
         conn = await asyncpg.connect(db.dsn, timeout=10)
         try:
-            rows = await conn.fetch(
-                "SELECT p.name AS partition, m.transaction_id, m.seq FROM queen.messages m "
-                "JOIN queen.partitions p ON p.id = m.partition_id "
-                "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 "
-                "ORDER BY p.name, m.seq", queue)
+            rows = await conn.fetch(STORED_IN_SEQ_ORDER, queue)
             backlog_rows = None
             if await conn.fetchval("SELECT to_regclass('queen.spool_backlog') IS NOT NULL"):
                 backlog_rows = await conn.fetchval("SELECT count(*) FROM queen.spool_backlog")

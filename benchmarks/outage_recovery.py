@@ -1,0 +1,869 @@
+#!/usr/bin/env python3
+"""Recovery of a three-broker cluster after a PostgreSQL outage while traffic continues
+(issue 25, "Done when").
+
+    .venv/bin/python benchmarks/outage_recovery.py                       # stop10,stop60,failover
+    .venv/bin/python benchmarks/outage_recovery.py --scenarios stop3 --rate 100   # a smoke run
+    .venv/bin/python benchmarks/outage_recovery.py --json /tmp/recovery.json --logs-dir /tmp/logs
+
+Each scenario gets a fresh embedded PostgreSQL (for ``failover``: a primary and a synchronous
+streaming standby, as tests/ha/test_pg_failover.py's ``pg_pair`` builds them) and three fresh
+``python -m broker`` processes on loopback (_harness.start_brokers: own FILE_BUFFER_DIR,
+QUEEN_SERVER_ID bench-0..2, no mesh), with DB_CONNECTION_TIMEOUT=500 and
+FILE_BUFFER_SETTLE_MS=2300.
+
+Load: ``--producers`` (16) sequential producers, producer *i* owns partition ``k<i>`` and sends
+one message per request (waiting for the answer), its *n*-th message to broker *(i+n) % 3*,
+transactionId ``k<i>-<n>``, paced so that together they aim at ``--rate`` msg/s (a producer that
+falls behind sends at once, without bursting to catch up; the achieved rate is reported).
+One consumer group reads every partition through wildcard long polls (``--consumers`` of them,
+spread over the brokers) and acks each batch, for the whole run.  ``GET /health`` of each broker
+is polled every 0.2 s (``spool.pendingCount``, ``spool.staging.stagedEvents``,
+``spool.staging.mergeRatePerSecond``, ``spool.staging.mergedEvents``).
+
+Scenarios (``--scenarios``): ``stop<S>``: 10 s of load, PostgreSQL crash-stopped
+(``pg_ctl stop -m immediate``) for S s, started again, max(20, 2 S) s more load; ``failover``:
+10 s of load, the primary crash-stopped, the standby promoted 0.3 s later, 30 s more load.
+Then the producers stop and the benchmark waits (at most ``--drain-max-s``) until the group
+has received every acknowledged push and every broker reports an empty spool and staging.
+
+Reported per scenario: achieved msg/s; answers per status; the time from PostgreSQL's return
+(``pg_ctl start`` or ``promote`` returned) until pushes answer ``queued`` again (the send time
+of the earliest push after which no push answered ``buffered``); the drain (peak staged events,
+peak summed merge rate, time until spools and staging are empty, events merged per second);
+delivery latency (receive time - answer time) for pushes sent during the outage and in the
+10 s after the return; lost, duplicated, order violations; ``spool.orderExceptions``; what the
+brokers logged.  Exit status 1 when anything acknowledged is lost, duplicated, out of order or
+not delivered, or the drain did not finish.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import asyncpg  # noqa: E402
+
+from _harness import (  # noqa: E402
+    STORED_IN_SEQ_ORDER,
+    Broker,
+    Database,
+    RawHTTPClient,
+    free_port,
+    start_brokers,
+)
+from _loadgen import JSON_HEADERS, PAD, fmt_ms, log, percentile, table  # noqa: E402
+
+NB = 3
+ACKED = ("queued", "buffered")
+GROUP = "g"
+CLEANUP: list = []  # what to undo, last first, also when a run fails half-way
+
+
+def run_cleanup() -> None:
+    while CLEANUP:
+        fn = CLEANUP.pop()
+        try:
+            fn()
+        except BaseException as exc:  # (keep undoing the rest)
+            log(f"cleanup: {exc!r}")
+
+
+def sql(dsn: str, statement: str) -> Any:
+    async def one() -> Any:
+        conn = await asyncpg.connect(dsn, timeout=10)
+        try:
+            return await conn.fetchval(statement)
+        finally:
+            await conn.close()
+    return asyncio.run(one())
+
+
+# ----------------------------------------------------------------------------------------------
+# PostgreSQL and brokers of one scenario
+# ----------------------------------------------------------------------------------------------
+
+class Setup:
+    """The server(s) and brokers of one scenario; ``outage()`` stops and brings PostgreSQL
+    back, ``close()`` undoes everything (and summarises the brokers' logs first)."""
+
+    def __init__(self, kind: str, args: argparse.Namespace) -> None:
+        from broker.embedded_pg import EmbeddedPostgres
+        self.kind, self.args = kind, args
+        self.root = Path(tempfile.mkdtemp(prefix="qbench-recovery", dir="/tmp"))
+        self.brokers: list[Broker] = []
+        self.logs: list[dict] = []
+        self.standby = None
+        CLEANUP.append(self.close)
+        self.primary = EmbeddedPostgres(self.root / "primary", port=free_port())
+        self.primary.start()
+        env = {"DB_CONNECTION_TIMEOUT": str(args.db_timeout_ms),
+               "FILE_BUFFER_SETTLE_MS": str(args.settle_ms), "LOG_LEVEL": args.log_level}
+        if kind == "failover":
+            # as tests/ha/test_pg_failover.py's pg_pair: a synchronous streaming standby
+            self.standby = EmbeddedPostgres(self.root / "standby", port=free_port())
+            self.standby.clone_from(self.primary)
+            self.standby.start()
+            # after the clone, so that the promoted standby does not wait for a standby itself
+            sql(self.primary.dsn, "ALTER SYSTEM SET synchronous_standby_names = '*'")
+            sql(self.primary.dsn, "SELECT pg_reload_conf()")
+            deadline = time.monotonic() + 30
+            while sql(self.primary.dsn, "SELECT sync_state FROM pg_stat_replication") != "sync":
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the standby did not replicate synchronously in 30 s")
+                time.sleep(0.2)
+            env["PG_HOST"] = (f"127.0.0.1:{self.primary.port},"
+                              f"127.0.0.1:{self.standby.port}")
+        self.db = Database(self.primary.host, self.primary.port, "postgres", "postgres",
+                           "postgres", embedded=self.primary)
+        self.brokers = start_brokers(self.db, NB, mesh=False, **env)
+
+    @property
+    def final_dsn(self) -> str:
+        """Where the messages are after the scenario (the promoted standby after a failover)."""
+        return (self.standby or self.primary).dsn
+
+    def describe(self) -> str:
+        pg = (f"primary 127.0.0.1:{self.primary.port} + sync standby "
+              f"127.0.0.1:{self.standby.port}" if self.standby
+              else f"embedded PostgreSQL 127.0.0.1:{self.primary.port}")
+        return f"{pg}; brokers {', '.join(b.url for b in self.brokers)}"
+
+    async def outage(self, down_s: float, marks: dict[str, float]) -> None:
+        marks["outage"] = time.perf_counter()
+        if self.kind == "failover":
+            log("killing the primary (pg_ctl stop -m immediate)")
+            await asyncio.to_thread(self.primary.stop, "immediate")
+            marks["pg_stopped"] = time.perf_counter()
+            await asyncio.sleep(self.args.promote_delay_s)
+            log("promoting the standby")
+            marks["return_call"] = time.perf_counter()
+            await asyncio.to_thread(self.standby.promote)
+        else:
+            log(f"stopping PostgreSQL (pg_ctl stop -m immediate) for {down_s:g} s")
+            await self.db.stop_server()
+            marks["pg_stopped"] = time.perf_counter()
+            await asyncio.sleep(max(0.0, marks["outage"] + down_s - time.perf_counter()))
+            log("starting PostgreSQL again")
+            marks["return_call"] = time.perf_counter()
+            await self.db.start_server()
+        marks["return"] = time.perf_counter()
+        log(f"PostgreSQL back ({marks['return'] - marks['return_call']:.2f} s for "
+            f"{'promote' if self.kind == 'failover' else 'pg_ctl start'})")
+
+    def close(self) -> None:
+        if self.close in CLEANUP:
+            CLEANUP.remove(self.close)
+        for b in self.brokers:
+            if b.proc.poll() is None:
+                b.proc.terminate()
+        for i, b in enumerate(self.brokers):
+            try:
+                b.proc.wait(10)
+            except Exception:
+                b.proc.kill()
+            try:
+                self.logs.append(summarise_log(b.log(), i))
+                if self.args.logs_dir:
+                    dest = Path(self.args.logs_dir)
+                    dest.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(b.log_path, dest / f"{self.args.current}-bench-{i}.log")
+                    if i == 0:
+                        for pg in (self.primary, self.standby):
+                            if pg is not None and (pg.data_dir / "postgres.log").exists():
+                                shutil.copy(pg.data_dir / "postgres.log", dest /
+                                            f"{self.args.current}-{pg.data_dir.name}.log")
+            except OSError as exc:
+                log(f"broker {i} log: {exc!r}")
+            b.stop()
+        for pg in (self.standby, self.primary):
+            if pg is not None:
+                try:
+                    pg.stop(mode="immediate")
+                except Exception as exc:
+                    log(f"stopping PostgreSQL: {exc!r}")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def summarise_log(text: str, i: int) -> dict:
+    """Counts of what a broker logged at WARNING and above (digits folded, so repeated lines
+    with different counts group together), and its order-exception / error / traceback lines."""
+    kinds: Counter = Counter()
+    notable: list[str] = []
+    for line in text.splitlines():
+        low = line.lower()
+        if "order exception" in low or " error " in low or "traceback" in low \
+                or "critical" in low or " 500" in line:
+            if len(notable) < 20:
+                notable.append(line[:300])
+        m = re.match(r"\S+ \S+ (\w+)\s+(.*)", line)
+        if m:
+            kinds[(m.group(1), re.sub(r"\d+(\.\d+)?", "#", m.group(2))[:140])] += 1
+    return {"broker": f"bench-{i}", "lines": len(text.splitlines()),
+            "order_exception_lines": sum(1 for ln in text.splitlines()
+                                         if "order exception" in ln.lower()),
+            "error_lines": sum(n for (lvl, _), n in kinds.items() if lvl in ("ERROR", "CRITICAL")),
+            "top": [f"{n}x {lvl} {msg}" for (lvl, msg), n in kinds.most_common(8)],
+            "notable": notable}
+
+
+# ----------------------------------------------------------------------------------------------
+# the load
+# ----------------------------------------------------------------------------------------------
+
+async def push_one(client: RawHTTPClient, body: str, timeout: float,
+                   first_errors: dict[str, str]) -> str:
+    """queued / buffered / duplicate / failed, or http_<code> / conn_error / timeout."""
+    try:
+        r = await asyncio.wait_for(
+            client.post("/api/v1/push", content=body, headers=JSON_HEADERS), timeout)
+    except TimeoutError:
+        return "timeout"
+    except (OSError, asyncio.IncompleteReadError, RuntimeError) as exc:
+        first_errors.setdefault("push conn_error", repr(exc)[:200])
+        return "conn_error"
+    if r.status_code in (200, 201):
+        try:
+            status = r.json()[0].get("status")
+        except (ValueError, LookupError, AttributeError, TypeError):
+            status = None
+        if status in ("queued", "buffered", "duplicate", "failed"):
+            return status
+    first_errors.setdefault(f"push HTTP {r.status_code}", r.text[:200])
+    return f"http_{r.status_code}"
+
+
+def spool_figures(spool: dict | None) -> tuple | None:
+    """(pendingCount, stagedEvents, mergeRatePerSecond, mergedEvents, orderExceptions)."""
+    if not isinstance(spool, dict):
+        return None
+    st = spool.get("staging") or {}
+    return (spool.get("pendingCount"), st.get("stagedEvents"), st.get("mergeRatePerSecond"),
+            st.get("mergedEvents"), spool.get("orderExceptions"))
+
+
+async def measure(setup: Setup, kind: str, down_s: float, args: argparse.Namespace) -> dict:
+    urls = [b.url for b in setup.brokers]
+    queue = f"bench-recovery-{uuid.uuid4().hex[:8]}"
+    P = args.producers
+    interval = P / args.rate
+    pushes: list[list[tuple[float, float, str, int]]] = [[] for _ in range(P)]
+    recv: dict[str, list[float]] = defaultdict(list)          # tx -> receive times
+    recv_order: dict[str, list[str]] = defaultdict(list)      # partition -> tx, received order
+    failed_ack: set[str] = set()
+    leases_seen: set[str] = set()                             # leaseIds pops handed out
+    cstats: Counter = Counter()
+    first_errors: dict[str, str] = {}
+    health: list[tuple[float, list[tuple | None]]] = []
+    marks: dict[str, float] = {}
+    stop_producers, stop_consumers, stop_health = (asyncio.Event(), asyncio.Event(),
+                                                   asyncio.Event())
+
+    async def producer(k: int) -> None:
+        clients = [RawHTTPClient(u, 1) for u in urls]
+        n, nxt = 0, time.perf_counter() + k * interval / P
+        try:
+            while not stop_producers.is_set():
+                wait = nxt - time.perf_counter()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                    if stop_producers.is_set():
+                        break
+                b = (k + n) % NB
+                body = json.dumps({"items": [{
+                    "queue": queue, "partition": f"k{k}", "transactionId": f"k{k}-{n}",
+                    "payload": {"k": k, "n": n, "pad": PAD}}]})
+                t_send = time.perf_counter()
+                status = await push_one(clients[b], body, args.request_timeout, first_errors)
+                t_answer = time.perf_counter()
+                pushes[k].append((t_send, t_answer, status, b))
+                n += 1
+                nxt += interval
+                if nxt < t_answer - interval:  # behind: go on from now, no burst
+                    nxt = t_answer
+        finally:
+            for c in clients:
+                await c.aclose()
+
+    async def ack(client: RawHTTPClient, messages: list[dict]) -> bool:
+        body = json.dumps({"acknowledgments": [
+            {"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+             "leaseId": m["leaseId"], "status": "completed"} for m in messages],
+            "consumerGroup": GROUP})
+        # retried until it is taken (a client honouring Retry-After): an ack given up while
+        # PostgreSQL is down would leave the partition leased, so blocked for this group,
+        # until the lease expires; given up only once the consumers are told to stop
+        while True:
+            try:
+                r = await asyncio.wait_for(
+                    client.post("/api/v1/ack/batch", content=body, headers=JSON_HEADERS), 15)
+                if r.status_code == 200:
+                    return True
+                cstats[f"ack HTTP {r.status_code}"] += 1
+                first_errors.setdefault(f"ack HTTP {r.status_code}", r.text[:200])
+                if r.status_code != 503:
+                    return False
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, RuntimeError) as exc:
+                cstats[f"ack {type(exc).__name__}"] += 1
+            if stop_consumers.is_set():
+                return False
+            await asyncio.sleep(0.2)  # the same ack again: the lease is still ours
+
+    async def consumer(c: int) -> None:
+        client = RawHTTPClient(urls[c % NB], 1)
+        path = (f"/api/v1/pop/queue/{queue}?consumerGroup={GROUP}&batch={args.pop_batch}"
+                f"&wait=true&timeout=1000")
+        try:
+            while not stop_consumers.is_set():
+                try:
+                    r = await asyncio.wait_for(client.get(path), 15)
+                except (TimeoutError, OSError, asyncio.IncompleteReadError, RuntimeError) as exc:
+                    cstats[f"pop {type(exc).__name__}"] += 1
+                    await asyncio.sleep(0.2)
+                    continue
+                t = time.perf_counter()
+                if r.status_code == 204:
+                    continue
+                if r.status_code != 200:
+                    cstats[f"pop HTTP {r.status_code}"] += 1
+                    if r.status_code not in (404, 503):
+                        first_errors.setdefault(f"pop HTTP {r.status_code}", r.text[:200])
+                    await asyncio.sleep(0.2)
+                    continue
+                messages = r.json().get("messages") or []
+                if not messages:
+                    continue
+                cstats["pops with messages"] += 1
+                for m in messages:
+                    leases_seen.add(m.get("leaseId"))
+                    recv[m["transactionId"]].append(t)
+                    recv_order[m["partition"]].append(m["transactionId"])
+                if not await ack(client, messages):
+                    cstats["acks failed"] += 1
+                    failed_ack.update(m["transactionId"] for m in messages)
+        finally:
+            await client.aclose()
+
+    async def poll_health() -> None:
+        clients = [RawHTTPClient(u, 1) for u in urls]
+
+        async def one(c: RawHTTPClient) -> tuple | None:
+            try:
+                r = await asyncio.wait_for(c.get("/health"), 3)
+                return spool_figures(r.json().get("spool"))
+            except (TimeoutError, OSError, ValueError, AttributeError, RuntimeError,
+                    asyncio.IncompleteReadError):
+                return None
+        try:
+            while not stop_health.is_set():
+                t0 = time.perf_counter()
+                health.append((t0, list(await asyncio.gather(*(one(c) for c in clients)))))
+                await asyncio.sleep(max(0.0, t0 + args.health_interval_s - time.perf_counter()))
+        finally:
+            for c in clients:
+                await c.aclose()
+
+    async def sleep_until(t: float) -> None:
+        await asyncio.sleep(max(0.0, t - time.perf_counter()))
+
+    load_start = os.getloadavg()
+    consumers = [asyncio.create_task(consumer(c)) for c in range(args.consumers)]
+    poller = asyncio.create_task(poll_health())
+    marks["start"] = time.perf_counter()
+    producers = [asyncio.create_task(producer(k)) for k in range(P)]
+    tasks = [*consumers, poller, *producers]
+    try:
+        await sleep_until(marks["start"] + args.before_s)
+        await setup.outage(down_s, marks)
+        after_s = args.failover_after_s if kind == "failover" else max(20.0, 2 * down_s)
+        await sleep_until(marks["return"] + after_s)
+        stop_producers.set()
+        marks["stop"] = time.perf_counter()
+        _, pending = await asyncio.wait(producers, timeout=args.request_timeout + 5)
+        for x in pending:
+            x.cancel()
+        marks["producers_stopped"] = time.perf_counter()
+        acked = {f"k{k}-{n}" for k in range(P) for n, p in enumerate(pushes[k])
+                 if p[2] in ACKED}
+        log(f"producers stopped ({sum(map(len, pushes))} pushes, {len(acked)} acknowledged); "
+            f"draining (at most {args.drain_max_s:g} s)")
+        drained, last_note = False, 0.0
+        deadline = time.perf_counter() + args.drain_max_s
+        while time.perf_counter() < deadline:
+            missing = len(acked - recv.keys())
+            t_h, spools = health[-1] if health else (0.0, [None])
+            empty = t_h > marks["producers_stopped"] and all(
+                s is not None and s[0] == 0 and s[1] == 0 for s in spools)
+            if not missing and empty:
+                drained = True
+                break
+            if time.perf_counter() - last_note > 15:
+                last_note = time.perf_counter()
+                log(f"  {missing} acknowledged pushes not received yet; spools/staging "
+                    f"{[None if s is None else (s[0], s[1]) for s in spools]}")
+            await asyncio.sleep(0.2)
+        marks["drained"] = time.perf_counter()
+        log(f"{'drained' if drained else 'NOT drained'} after "
+            f"{marks['drained'] - marks['producers_stopped']:.1f} s")
+        await asyncio.sleep(1.0)  # a last poll round: anything delivered twice shows up
+    finally:
+        stop_producers.set()
+        stop_consumers.set()
+        await asyncio.wait(consumers, timeout=20)
+        stop_health.set()
+        await asyncio.wait([poller], timeout=10)
+        for x in tasks:
+            x.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    final = health[-1][1] if health else [None] * NB
+
+    conn = await asyncpg.connect(setup.final_dsn, timeout=10)
+    try:
+        rows = await conn.fetch(STORED_IN_SEQ_ORDER, queue)
+        # the group's cursor and lease on every partition; a lease no pop handed to a
+        # consumer holds its partition back until it expires
+        leases = [dict(r) | {"lease_seen_by_a_consumer": str(r["lease_id"]) in leases_seen}
+                  for r in await conn.fetch(
+            "SELECT p.name AS partition, lc.cursor_seq, lc.lease_id, lc.lease_acquired_at, "
+            "lc.lease_expires_at, lc.lease_last_seq, lc.batch_size, now() AS db_now "
+            "FROM queen.log_consumers lc JOIN queen.partitions p ON p.id = lc.partition_id "
+            "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 "
+            "AND lc.consumer_group = $2 AND lc.lease_id IS NOT NULL ORDER BY p.name",
+            queue, GROUP)]
+        leftovers = {
+            "staged": await conn.fetchval("SELECT count(*) FROM queen.staged"),
+            "spool_backlog": await conn.fetchval("SELECT count(*) FROM queen.spool_backlog")}
+    finally:
+        await conn.close()
+    res = analyse(kind, down_s, args, queue, pushes, recv, recv_order, failed_ack, cstats,
+                  first_errors, health, final, marks, rows, leftovers, drained,
+                  load_start, os.getloadavg())
+    wall = time.time() - time.perf_counter()  # perf_counter -> wall clock
+    res["marks_wall"] = {k: time.strftime("%H:%M:%S", time.localtime(v + wall))
+                         + f".{int((v + wall) % 1 * 1000):03d}" for k, v in marks.items()}
+    res["leases_held_at_end"] = [{k: str(v) for k, v in r.items()} for r in leases]
+    return res
+
+
+# ----------------------------------------------------------------------------------------------
+# the figures
+# ----------------------------------------------------------------------------------------------
+
+def lat_summary(values: list[float]) -> dict:
+    return {"n": len(values), "p50_ms": percentile(values, 50), "p99_ms": percentile(values, 99),
+            "max_ms": max(values) if values else None}
+
+
+def order_breaks(seq: list[str], index: dict[str, int]) -> int:
+    return sum(1 for a, b in zip(seq, seq[1:]) if index[b] < index[a])
+
+
+def analyse(kind, down_s, args, queue, pushes, recv, recv_order, failed_ack, cstats,
+            first_errors, health, final, marks, rows, leftovers, drained, load_start,
+            load_end) -> dict:
+    P = args.producers
+    t_out, t_ret = marks["outage"], marks["return"]
+    rec: dict[str, tuple] = {}  # tx -> (k, n, t_send, t_answer, status, broker)
+    for k in range(P):
+        for n, (ts, ta, st, b) in enumerate(pushes[k]):
+            rec[f"k{k}-{n}"] = (k, n, ts, ta, st, b)
+    acked = {tx for tx, r in rec.items() if r[4] in ACKED}
+
+    def period(ts: float) -> str:
+        return "before" if ts < t_out else "outage" if ts < t_ret else "after"
+    periods = ("before", "outage", "after")
+    bounds = {"before": (marks["start"], t_out), "outage": (t_out, t_ret),
+              "after": (t_ret, marks["stop"])}
+    by_period: dict[str, Counter] = {p: Counter() for p in periods}
+    req_ms: dict[str, list[float]] = {p: [] for p in periods}
+    for _, _, ts, ta, st, _ in rec.values():
+        by_period[period(ts)][st] += 1
+        req_ms[period(ts)].append((ta - ts) * 1000)
+    statuses = sorted({st for c in by_period.values() for st in c},
+                      key=lambda s: (s not in ACKED, ACKED.index(s) if s in ACKED else 0, s))
+    sends = [r[2] for r in rec.values()]
+    load_s = (max(sends) - min(sends)) if sends else 0.0
+    rates = {p: sum(by_period[p].values()) / max(1e-9, bounds[p][1] - bounds[p][0])
+             for p in periods}
+
+    # -- back to queued: the send time of the earliest push (sent after the return) after
+    # which no push answered buffered (and, stricter, after which every answer was queued)
+    after = sorted((r[2], r[4]) for r in rec.values() if r[2] >= t_ret)
+
+    def back_after(bad) -> float | None:
+        last_bad = max((r[2] for r in rec.values() if bad(r[4])), default=None)
+        cands = [ts for ts, _ in after if last_bad is None or ts > last_bad]
+        return (cands[0] - t_ret) if cands else None
+    back_no_buffered = back_after(lambda s: s == "buffered")
+    back_all_queued = back_after(lambda s: s != "queued")
+    buffered_after = sum(1 for _, st in after if st == "buffered")
+
+    # -- the drain, from GET /health polls
+    samples = [(t, s) for t, s in health if t >= t_out]
+
+    def staged(s):  # stagedEvents is the staging table's count: the same on every broker
+        vals = [x[1] for x in s if x is not None and x[1] is not None]
+        return max(vals) if vals else None
+
+    def merged_sum(s):
+        return sum(x[3] or 0 for x in s if x is not None)
+    staged_peak, t_staged_peak = 0, None
+    for t, s in samples:
+        v = staged(s)
+        if v is not None and v > staged_peak:
+            staged_peak, t_staged_peak = v, t
+    pending_peak = max((sum(x[0] or 0 for x in s if x is not None) for _, s in samples),
+                       default=0)
+    rate_peak = max((sum(x[2] or 0 for x in s if x is not None) for _, s in samples), default=0)
+    t_empty = next((t for t, s in samples if t >= t_ret and all(
+        x is not None and x[0] == 0 and x[1] == 0 for x in s)), None)
+    # mergedEvents summed over brokers: last full poll before the outage, first at empty
+    full = [(t, s) for t, s in health if all(x is not None for x in s)]
+    m0 = next((merged_sum(s) for t, s in reversed(full) if t < t_out), 0)
+    m1 = next((merged_sum(s) for t, s in full if t_empty is not None and t >= t_empty),
+              merged_sum(full[-1][1]) if full else 0)
+    empty_s = (t_empty - t_ret) if t_empty is not None else None
+    # merging, from mergedEvents summed over the brokers: from the last poll before the first
+    # merged event to the empty poll, and the peak over ~1 s between polls
+    series = [(t, merged_sum(s)) for t, s in full if t >= t_ret and
+              (t_empty is None or t <= t_empty)]
+    t_merge0 = next((series[i - 1][0] for i in range(1, len(series))
+                     if series[i][1] > series[0][1]), None)
+    peak_1s, j = 0.0, 0
+    for t, m in series:
+        while j + 1 < len(series) and series[j + 1][0] <= t - 1.0:
+            j += 1
+        if t - series[j][0] >= 1.0:
+            peak_1s = max(peak_1s, (m - series[j][1]) / (t - series[j][0]))
+    drain = {
+        "staged_peak": staged_peak,
+        "staged_peak_at_s_after_return": (t_staged_peak - t_ret) if t_staged_peak else None,
+        "spool_pending_peak_sum": pending_peak,
+        "merge_rate_peak_sum_per_s": rate_peak,
+        "empty_s_after_return": empty_s,
+        "empty_s_after_staged_peak": (t_empty - t_staged_peak)
+        if t_empty is not None and t_staged_peak else None,
+        "merged_events": m1 - m0,
+        "merged_per_s_return_to_empty": (m1 - m0) / empty_s if empty_s else None,
+        "first_merge_s_after_return": (t_merge0 - t_ret) if t_merge0 is not None else None,
+        "merged_per_s_first_merge_to_empty": (m1 - m0) / (t_empty - t_merge0)
+        if t_empty is not None and t_merge0 is not None and t_empty > t_merge0 else None,
+        "merged_per_s_peak_1s": peak_1s,
+        "staged_peak_per_s_to_empty": staged_peak / (t_empty - t_staged_peak)
+        if t_empty is not None and t_staged_peak and t_empty > t_staged_peak else None,
+    }
+
+    # -- delivery latency: first receive time - answer time
+    groups = {"before the outage": lambda ts: ts < t_out,
+              "during the outage": lambda ts: t_out <= ts < t_ret,
+              "first 10 s after the return": lambda ts: t_ret <= ts < t_ret + 10,
+              "later": lambda ts: ts >= t_ret + 10}
+    latency = {}
+    for name, sel in groups.items():
+        latency[name] = lat_summary([(recv[tx][0] - rec[tx][3]) * 1000 for tx in acked
+                                     if sel(rec[tx][2]) and tx in recv])
+
+    # -- lost, duplicated, order
+    stored_count: Counter = Counter(r["transaction_id"] for r in rows)
+    stored_order: dict[str, list[str]] = defaultdict(list)
+    for r in rows:
+        stored_order[r["partition"]].append(r["transaction_id"])
+    lost = sorted(acked - recv.keys() - stored_count.keys())
+    undelivered = sorted((acked & stored_count.keys()) - recv.keys())
+    received_not_stored = sorted((acked & recv.keys()) - stored_count.keys())
+    dup_stored = sorted(tx for tx, c in stored_count.items() if c > 1)
+    dup_recv = sorted(tx for tx, ts in recv.items() if len(ts) > 1)
+    dup_recv_after_failed_ack = [tx for tx in dup_recv if tx in failed_ack]
+    dup_recv_unexplained = [tx for tx in dup_recv if tx not in failed_ack]
+    unexpected = sorted((stored_count.keys() | recv.keys()) - rec.keys())
+    unacked_stored = sum(1 for tx in stored_count if tx in rec and tx not in acked)
+    index = {tx: r[1] for tx, r in rec.items()}
+    viol_stored = viol_recv = 0
+    viol_parts: set[str] = set()
+    examples: list[str] = []
+
+    def describe(tx: str) -> str:
+        k, n, ts, ta, st, b = rec[tx]
+        return f"{tx} ({st} via bench-{b}, sent {ts - t_ret:+.2f} s from the return)"
+    for part in sorted(set(stored_order) | set(recv_order)):
+        s = [tx for tx in stored_order.get(part, []) if tx in acked]
+        seen, first = set(), []
+        for tx in recv_order.get(part, []):
+            if tx in acked and tx not in seen:
+                seen.add(tx)
+                first.append(tx)
+        for name, seq in (("stored", s), ("received", first)):
+            nb = order_breaks(seq, index)
+            if nb:
+                viol_parts.add(part)
+                for a, b in zip(seq, seq[1:]):
+                    if index[b] < index[a] and len(examples) < 6:
+                        examples.append(f"{name} {part}: {describe(a)} before {describe(b)}")
+            if name == "stored":
+                viol_stored += nb
+            else:
+                viol_recv += nb
+    exc = [x[4] if x is not None else None for x in final]
+    order_exceptions = None if any(e is None for e in exc) else sum(exc)
+
+    failures = []
+    if lost:
+        failures.append(f"{len(lost)} acknowledged pushes lost (e.g. {lost[:5]})")
+    if undelivered:
+        failures.append(f"{len(undelivered)} acknowledged pushes stored but never delivered "
+                        f"to the group (e.g. {undelivered[:5]})")
+    if dup_stored or dup_recv_unexplained:
+        failures.append(f"{len(dup_stored)} stored twice, {len(dup_recv_unexplained)} received "
+                        f"twice (e.g. {(dup_stored + dup_recv_unexplained)[:5]})")
+    if viol_stored or viol_recv:
+        failures.append(f"order violations: {viol_stored} stored, {viol_recv} received, in "
+                        f"{len(viol_parts)} partitions")
+    if unexpected:
+        failures.append(f"{len(unexpected)} ids nobody pushed (e.g. {unexpected[:5]})")
+    if not drained:
+        failures.append("not drained within the cap")
+    return {
+        "scenario": kind if kind == "failover" else f"stop{down_s:g}", "queue": queue,
+        "producers": P, "consumers": args.consumers, "target_rate": args.rate,
+        "phases_s": {"before": t_out - marks["start"], "outage": t_ret - t_out,
+                     "pg_stop_call": marks["pg_stopped"] - t_out,
+                     "return_call": t_ret - marks["return_call"],
+                     "after": marks["stop"] - t_ret,
+                     "producers_stop": marks["producers_stopped"] - marks["stop"],
+                     "drain_wait": marks["drained"] - marks["producers_stopped"]},
+        "pushes": len(rec), "acknowledged": len(acked),
+        "achieved_rate": len(rec) / load_s if load_s else None,
+        "rate_by_period": rates,
+        "answers": {p: dict(by_period[p]) for p in periods}, "statuses": statuses,
+        "request_ms": {p: {"p50": percentile(v, 50), "p99": percentile(v, 99),
+                           "max": max(v) if v else None} for p, v in req_ms.items()},
+        "back_to_queued_s": back_no_buffered, "back_to_all_queued_s": back_all_queued,
+        "buffered_after_return": buffered_after,
+        "drain": drain, "delivery_latency": latency,
+        "lost": len(lost), "undelivered": len(undelivered),
+        "received_not_stored": len(received_not_stored),
+        "duplicated_stored": len(dup_stored), "duplicated_received": len(dup_recv),
+        "duplicated_received_after_failed_ack": len(dup_recv_after_failed_ack),
+        "unexpected": len(unexpected), "unacknowledged_stored": unacked_stored,
+        "order_violations_stored": viol_stored, "order_violations_received": viol_recv,
+        "order_violation_partitions": sorted(viol_parts), "order_examples": examples,
+        "order_exceptions": order_exceptions, "order_exceptions_per_broker": exc,
+        "leftovers": leftovers, "drained": drained, "consumer_counters": dict(cstats),
+        "first_errors": first_errors, "load_avg_start": load_start, "load_avg_end": load_end,
+        "lost_ids": lost[:50], "duplicated_ids": (dup_stored + dup_recv)[:50],
+        "health_timeline": [
+            [round(t - t_ret, 2), [None if x is None else list(x[:4]) for x in s]]
+            for t, s in health[::max(1, round(0.5 / args.health_interval_s))]],
+        "failures": failures,
+    }
+
+
+def fmt_s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def fmt_n(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def print_scenario(r: dict) -> None:
+    name, ph = r["scenario"], r["phases_s"]
+    periods = ("before", "outage", "after")
+    heads = [f"{name}: pushes answered"] + [f"{p} ({ph[p]:.1f} s)" for p in periods] + ["total"]
+    rows = [[st] + [r["answers"][p].get(st, 0) for p in periods]
+            + [sum(r["answers"][p].get(st, 0) for p in periods)] for st in r["statuses"]]
+    rows.append(["msg/s answered"] + [fmt_n(r["rate_by_period"][p]) for p in periods]
+                + [fmt_n(r["achieved_rate"])])
+    rows.append(["request ms p50 / p99 / max"] + [
+        " / ".join(fmt_ms(r["request_ms"][p][q]) for q in ("p50", "p99", "max"))
+        for p in periods] + [""])
+    print(table(heads, rows))
+    d = r["drain"]
+    out = [
+        ["target / achieved msg/s", f"{r['target_rate']:,} / {fmt_n(r['achieved_rate'])}"],
+        ["PostgreSQL back after (stop call to return) s; return call took s",
+         f"{ph['outage']:.2f}; {ph['return_call']:.2f}"],
+        ["back to queued: s from the return until no push answers buffered",
+         fmt_s(r["back_to_queued_s"]) if r["back_to_queued_s"] is not None
+         else "never (still buffered at the end)"],
+        ["  until every answer is queued (no other status either)",
+         fmt_s(r["back_to_all_queued_s"]) if r["back_to_all_queued_s"] is not None else "never"],
+        ["  pushes answered buffered after the return", r["buffered_after_return"]],
+        ["spool pendingCount peak (sum) / staged events peak (at s after return)",
+         f"{d['spool_pending_peak_sum']:,} / {d['staged_peak']:,} "
+         f"({fmt_s(d['staged_peak_at_s_after_return'])})"],
+        ["peak merge rate, summed over brokers (ev/s, 10 s window)",
+         fmt_n(d["merge_rate_peak_sum_per_s"])],
+        ["spools + staging empty: s after the return / after the staged peak",
+         f"{fmt_s(d['empty_s_after_return'])} / {fmt_s(d['empty_s_after_staged_peak'])}"],
+        ["events merged (mergedEvents, sum); merging began at s after the return",
+         f"{d['merged_events']:,}; {fmt_s(d['first_merge_s_after_return'])}"],
+        ["merged/s: first merge->empty / return->empty / peak over 1 s",
+         f"{fmt_n(d['merged_per_s_first_merge_to_empty'])} / "
+         f"{fmt_n(d['merged_per_s_return_to_empty'])} / {fmt_n(d['merged_per_s_peak_1s'])}"],
+        ["staged peak / (empty - peak time), ev/s", fmt_n(d["staged_peak_per_s_to_empty"])],
+        ["acknowledged / lost / stored not delivered", f"{r['acknowledged']:,} / {r['lost']} / "
+                                                         f"{r['undelivered']}"],
+        ["duplicated: stored twice / received twice (after a failed ack)",
+         f"{r['duplicated_stored']} / {r['duplicated_received']} "
+         f"({r['duplicated_received_after_failed_ack']})"],
+        ["order violations: stored / received (partitions)",
+         f"{r['order_violations_stored']} / {r['order_violations_received']} "
+         f"({len(r['order_violation_partitions'])})"],
+        ["spool.orderExceptions (sum over brokers)",
+         "n/a" if r["order_exceptions"] is None else r["order_exceptions"]],
+        ["not acknowledged but stored; ids nobody pushed",
+         f"{r['unacknowledged_stored']}; {r['unexpected']}"],
+        ["queen.staged / queen.spool_backlog rows afterwards",
+         f"{r['leftovers']['staged']} / {r['leftovers']['spool_backlog']}"],
+        ["drained (s after producers stopped)",
+         f"{'yes' if r['drained'] else 'NO'} ({ph['drain_wait']:.1f})"],
+        ["load average 1 min at start / end",
+         f"{r['load_avg_start'][0]:.2f} / {r['load_avg_end'][0]:.2f}"],
+    ]
+    print(table([f"{name}: recovery", "value"], out))
+    lat = [[g, v["n"], fmt_ms(v["p50_ms"]), fmt_ms(v["p99_ms"]), fmt_ms(v["max_ms"])]
+           for g, v in r["delivery_latency"].items()]
+    print(table([f"{name}: delivery latency (receive - answer), pushes sent",
+                 "n", "p50 ms", "p99 ms", "max ms"], lat))
+    if r["consumer_counters"]:
+        print("  consumers: " + ", ".join(f"{k} {v}" for k, v in
+                                          sorted(r["consumer_counters"].items())))
+    print("  marks: " + ", ".join(f"{k} {v}" for k, v in r["marks_wall"].items()))
+    for ls in r["leases_held_at_end"]:
+        print(f"  lease held at the end: {ls['partition']} cursor {ls['cursor_seq']} lease "
+              f"{ls['lease_id']} acquired {ls['lease_acquired_at']} expires "
+              f"{ls['lease_expires_at']} (db now {ls['db_now']}), handed to a consumer: "
+              f"{ls['lease_seen_by_a_consumer']}")
+    for e in r["order_examples"]:
+        print(f"  out of order: {e}")
+    for k, v in r["first_errors"].items():
+        print(f"  first {k}: {v}")
+    for lg in r.get("broker_logs", []):
+        print(f"  {lg['broker']} log: {lg['lines']} lines, {lg['error_lines']} ERROR, "
+              f"{lg['order_exception_lines']} order exception lines")
+        for line in lg["top"][:5]:
+            print(f"      {line}")
+    for f in r["failures"]:
+        print(f"  FAILED: {f}")
+
+
+def parse_scenario(s: str) -> tuple[str, float]:
+    s = s.strip()
+    if s == "failover":
+        return "failover", 0.0
+    m = re.fullmatch(r"stop(\d+(\.\d+)?)", s)
+    if not m:
+        raise argparse.ArgumentTypeError(f"unknown scenario {s!r} (stop<seconds> or failover)")
+    return "stop", float(m.group(1))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenarios", default="stop10,stop60,failover",
+                    help="comma-separated: stop<S> (PostgreSQL down S s) and failover")
+    ap.add_argument("--rate", type=float, default=1000, help="target msg/s, all producers")
+    ap.add_argument("--producers", type=int, default=16)
+    ap.add_argument("--consumers", type=int, default=6,
+                    help="long-polling consumers of the one group, spread over the brokers")
+    ap.add_argument("--pop-batch", type=int, default=100)
+    ap.add_argument("--before-s", type=float, default=10.0, help="normal load before the outage")
+    ap.add_argument("--failover-after-s", type=float, default=30.0)
+    ap.add_argument("--promote-delay-s", type=float, default=0.3)
+    ap.add_argument("--drain-max-s", type=float, default=180.0)
+    ap.add_argument("--request-timeout", type=float, default=30.0, help="client timeout of a push")
+    ap.add_argument("--health-interval-s", type=float, default=0.2)
+    ap.add_argument("--db-timeout-ms", type=int, default=500, help="DB_CONNECTION_TIMEOUT")
+    ap.add_argument("--settle-ms", type=int, default=2300, help="FILE_BUFFER_SETTLE_MS")
+    ap.add_argument("--log-level", default="WARNING", help="the brokers' LOG_LEVEL")
+    ap.add_argument("--json", metavar="PATH", help="write the results as JSON ('-': stdout)")
+    ap.add_argument("--logs-dir", help="copy each broker's log here before its temp dir goes")
+    args = ap.parse_args(argv)
+    try:
+        args.plan = [parse_scenario(s) for s in args.scenarios.split(",") if s.strip()]
+    except argparse.ArgumentTypeError as exc:
+        ap.error(str(exc))
+    if args.rate <= 0 or args.producers < 1 or args.consumers < 1:
+        ap.error("--rate, --producers and --consumers must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if os.environ.get("PG_HOST"):
+        log("this benchmark stops PostgreSQL: it needs the embedded one (unset PG_HOST)")
+        return 2
+    try:
+        import uvloop
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        pass
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # cleanup runs on SIGTERM too
+    load_start = os.getloadavg()
+    results: list[dict] = []
+    try:
+        for kind, down_s in args.plan:
+            args.current = kind if kind == "failover" else f"stop{down_s:g}"
+            log(f"=== {args.current}: setting up (load average {os.getloadavg()[0]:.2f})")
+            t = time.perf_counter()
+            setup = Setup(kind, args)
+            log(f"{setup.describe()} (started in {time.perf_counter() - t:.1f} s)")
+            try:
+                res = asyncio.run(measure(setup, kind, down_s, args))
+            finally:
+                setup.close()
+            res["broker_logs"] = setup.logs
+            results.append(res)
+            print()
+            print_scenario(res)
+            print()
+    finally:
+        run_cleanup()
+    load_end = os.getloadavg()
+    if len(results) > 1:
+        rows = [[r["scenario"], fmt_n(r["achieved_rate"]), fmt_s(r["back_to_queued_s"]),
+                 fmt_s(r["drain"]["empty_s_after_return"]),
+                 fmt_n(r["drain"]["merge_rate_peak_sum_per_s"]),
+                 fmt_ms(r["delivery_latency"]["during the outage"]["p99_ms"]),
+                 fmt_ms(r["delivery_latency"]["first 10 s after the return"]["p99_ms"]),
+                 f"{r['lost']}/{r['duplicated_stored'] + r['duplicated_received']}/"
+                 f"{r['order_violations_stored'] + r['order_violations_received']}",
+                 "n/a" if r["order_exceptions"] is None else r["order_exceptions"]]
+                for r in results]
+        print(table(["scenario", "msg/s", "back to queued s", "empty s", "peak merge/s",
+                     "outage p99 ms", "after p99 ms", "lost/dup/order", "orderExc"], rows))
+    print(f"load average (1/5/15 min) at start {'/'.join(f'{x:.2f}' for x in load_start)}, "
+          f"at end {'/'.join(f'{x:.2f}' for x in load_end)}; {os.cpu_count()} CPUs")
+    doc = {"benchmark": "outage_recovery", "argv": sys.argv[1:],
+           "args": {k: v for k, v in vars(args).items() if k not in ("plan", "current")},
+           "load_avg_start": load_start, "load_avg_end": load_end, "cpus": os.cpu_count(),
+           "results": results}
+    if args.json == "-":
+        print(json.dumps(doc, indent=1, default=str))
+    elif args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=1, default=str))
+        print(f"results: {args.json}")
+    failed = [f"{r['scenario']}: {f}" for r in results for f in r["failures"]]
+    for f in failed:
+        print(f"FAILED {f}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
