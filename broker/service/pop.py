@@ -33,6 +33,7 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> dict:
     next_lease_end: list[float | None] = [None]
 
     async def attempt(hints: list[str]) -> dict | None:
+        nonlocal lease_id
         if flags.pop:  # switched on while this pop was parked: answer empty
             last_kind[0] = "paused"
             return None
@@ -41,6 +42,9 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> dict:
             claimed = await claim(ctx, req, lease_id, hints)
             rows = claimed.rows
         except StoreUnavailable:
+            # The claim may have committed under this lease id with nobody to receive
+            # it: the store ends that lease before its next pop, so never reuse it.
+            lease_id = new_uuid7()
             if not req.wait:
                 raise
             # A long poll rides out an outage: keep waiting, answer empty at the deadline.

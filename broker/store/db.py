@@ -164,6 +164,10 @@ async def _json_codecs(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("json", encoder=_dumps, decoder=ujson.loads, schema="pg_catalog")
 
 
+MAX_ORPHANED_LEASES = 10_000
+"""Orphaned lease ids remembered at most (Store.pop); past it they end at their lease time."""
+
+
 def now_us() -> int:
     """Wall-clock microseconds: the accept time of a push."""
     return time.time_ns() // 1000
@@ -265,6 +269,8 @@ class Store:
         # How long the cluster settles after the database restarted or failed
         # over (queen.db_settling); 0 for a broker without peers.
         self.settle_ms = 0
+        # Lease ids of pops that failed with the database (see pop).
+        self.orphaned_leases: set[str] = set()
         self.server = ServerInUse()
         self.health = DatabaseHealth()
 
@@ -505,11 +511,23 @@ class Store:
                   auto_ack: bool, lease_id: str, hints: list[str] | None = None,
                   only_hints: bool = False) -> list[asyncpg.Record]:
         """Claim and read; ``hints`` are tried first, and with ``only_hints`` they are
-        the only partitions looked at (the hot-list's candidates)."""
-        async with self.connection() as conn:
-            return await conn.fetch(sql.POP, queue, partition, namespace, task, group, batch,
-                                    max_partitions, auto_ack, lease_id, hints or None,
-                                    only_hints)
+        the only partitions looked at (the hot-list's candidates). When the
+        database fails during the call, the claim may have committed with
+        nobody to receive it: ``lease_id`` is remembered as orphaned (the caller
+        must not use it again) and ended before this broker's next pop."""
+        try:
+            async with self.connection() as conn:
+                if self.orphaned_leases:
+                    orphans = list(self.orphaned_leases)
+                    await conn.execute(sql.EXPIRE_ORPHANED_LEASES, orphans)
+                    self.orphaned_leases.difference_update(orphans)
+                return await conn.fetch(sql.POP, queue, partition, namespace, task, group,
+                                        batch, max_partitions, auto_ack, lease_id,
+                                        hints or None, only_hints)
+        except StoreUnavailable:
+            if len(self.orphaned_leases) < MAX_ORPHANED_LEASES:  # beyond: they expire on time
+                self.orphaned_leases.add(lease_id)
+            raise
 
     async def pending_partitions(self, queue: str, group: str, limit: int = 100_000) -> list[str]:
         async with self.connection() as conn:

@@ -107,6 +107,16 @@ RETURNING lease_expires_at
 """
 """Renew every still-live (partition, group) row holding this lease."""
 
+EXPIRE_ORPHANED_LEASES = """
+UPDATE queen.log_consumers
+SET lease_expires_at = now(), updated_at = now()
+WHERE lease_id = ANY($1::uuid[]) AND lease_expires_at > now()
+"""
+"""End leases no consumer ever received: a pop whose connection was lost after
+PostgreSQL may have committed its claim (the client got a 503, or the long poll
+went on with a new lease id). Their partitions are claimable again at once
+instead of after the lease time."""
+
 LEASE_KNOWN = "SELECT EXISTS (SELECT 1 FROM queen.log_consumers WHERE lease_id = $1)"
 """Does any (partition, group) row still name this lease (live or expired)?"""
 
