@@ -796,8 +796,10 @@ async def bench_outage_ha(args: argparse.Namespace, failures: list[str]) -> dict
         return periods[min(i, len(periods) - 1)]
 
     t = time.perf_counter()
+    # No mesh: the brokers are told how long the database settles after its restart.
     brokers = start_brokers(db, nb, mesh=False,
-                            DB_CONNECTION_TIMEOUT=str(args.outage_db_timeout_ms))
+                            DB_CONNECTION_TIMEOUT=str(args.outage_db_timeout_ms),
+                            FILE_BUFFER_SETTLE_MS=str(args.outage_db_timeout_ms + 300))
     urls = [b.url for b in brokers]
     log(f"{db.kind} PostgreSQL on {db.host}:{db.port}, {nb} brokers (no mesh, "
         f"DB_CONNECTION_TIMEOUT={args.outage_db_timeout_ms}) on {', '.join(urls)} "

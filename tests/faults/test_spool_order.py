@@ -74,7 +74,10 @@ async def spools_registered(database, queue: str, n: int) -> None:
 
 @pytest.fixture
 def trio(db, tmp_path):  # noqa: F811
+    # No mesh: the brokers are told how long the database settles after its restart
+    # (FILE_BUFFER_SETTLE_MS), or one may merge before another registered its spool.
     brokers = [start_broker(db, tmp_path, DB_CONNECTION_TIMEOUT="500",
+                            FILE_BUFFER_SETTLE_MS="1500",
                             QUEEN_SERVER_ID=f"order-{name}") for name in "abc"]
     yield brokers
     for b in brokers:
