@@ -70,7 +70,7 @@ from actors.spool_quarantine import Quarantine, entry_id, import_failed_files
 from broker.logs import Throttle, dropped_note
 from broker.validate import event_problem
 
-__all__ = ["Spool", "SpoolBacklog", "SpoolBusy", "SpoolError", "SpoolFull", "accepted_at",
+__all__ = ["Spool", "SpoolBacklog", "SpoolError", "SpoolFull", "accepted_at",
            "read_records", "spool_file_key"]
 
 _LEN = struct.Struct("<I")
@@ -88,11 +88,6 @@ class SpoolError(Exception):
 
     Nothing of that push stays in the spool: the caller reports every item failed.
     """
-
-
-class SpoolBusy(SpoolError):
-    """A quarantined event cannot be replayed now: spooled pushes to its
-    partition (of this broker or a peer) are still waiting."""
 
 
 class SpoolFull(SpoolError):
@@ -262,7 +257,7 @@ class Spool(AsyncioActor):
     def __init__(self, directory: Path | str, *,
                  upload: Callable[[str, list[dict], list[int], dict[tuple[str, str], int]],
                                   Awaitable[bool]],
-                 replay: Callable[[list[dict], list[int] | None], Awaitable[Any]],
+                 replay: Callable[[list[dict]], Awaitable[Any]],
                  register: Callable[[Mapping[tuple[str, str], int] | None], Awaitable[None]]
                  | None = None,
                  events_per_file: int = 10000, flush_ms: int = 100,
@@ -1063,7 +1058,7 @@ class Spool(AsyncioActor):
         problem = event_problem(event)
         if problem is not None:
             raise ValueError(problem)
-        results = await self._replay([event], None)
+        results = await self._replay([event])
         await asyncio.to_thread(self.quarantine.remove, ident)
         self.quarantined_events = max(0, self.quarantined_events - 1)
         status = results[0]["status"] if results else "queued"

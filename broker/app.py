@@ -203,7 +203,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             settings.file_buffer_dir,
             upload=lambda name, events, indexes, oldest: drain_service.upload_spooled(
                 app.ctx, name, events, indexes, oldest),
-            replay=lambda events, _next: push_service.push_spooled(app.ctx, events),
+            replay=lambda events: push_service.push_spooled(app.ctx, events),
             register=store.register_spool,
             on_uploaded=lambda _n: merger.kick(),
             events_per_file=settings.file_buffer_events_per_file,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from sanic import Blueprint, Request
 
-from actors.spool import SpoolBusy
 from actors.spool_quarantine import valid_id
 from broker.http import error, json, read_json
 from broker.store.db import StoreError
@@ -60,8 +59,6 @@ async def replay_entry(request: Request, ident: str):
         return error(f"cannot replay {ident}: {exc}", 409)
     except StoreError as exc:  # still refused by PostgreSQL: kept in the quarantine
         return error(f"cannot replay {ident}: {exc}", 409)
-    except SpoolBusy as exc:
-        return error(f"cannot replay {ident} now: {exc}", 503)
     return json(result)
 
 

@@ -16,13 +16,6 @@ backlog; one row per item: 'queued', 'duplicate', or 'staged' (into queen.staged
 behind earlier staged or spooled pushes to its partition, or while the database
 settles after a restart; queen.merge_staged moves it on)."""
 
-PUSH_REPLAY = """
-SELECT idx, message_id, partition_id, status, late, peer
-FROM queen.push_ordered_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-"""
-"""The previous release's spool replay (items behind a peer's earlier spooled
-push answer 'waiting'); kept for tests of mixed-version clusters only."""
-
 UPLOAD_LEDGER = """
 INSERT INTO queen.uploaded_files (spool_id, file_ms, file_seq, events)
 VALUES ($1, $2, $3, $4)

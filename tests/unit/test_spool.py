@@ -49,7 +49,7 @@ class FakeDB:
         self.uploaded: set[str] = set()  # the ledger: spool files whose upload committed
         self.oldest: list[dict] = []  # the backlog each upload registered
 
-    async def replay(self, events: list[dict], next_accept=None) -> list[dict]:
+    async def replay(self, events: list[dict]) -> list[dict]:
         """The quarantine's direct push: one transaction."""
         indexes = list(range(len(events)))
         await self._transaction(events, indexes, lambda: None)
