@@ -46,8 +46,8 @@ from pykka import ActorDeadError
 
 from actors.metric_minutes import Minute, MinuteBook, leaf_tree
 from actors.runtime import AsyncioActor
+from broker.core.telemetry import QUEUE_COUNTERS
 from broker.store import jobs_sql as sql
-from broker.telemetry import QUEUE_COUNTERS
 
 WARN_EVERY_S = 30.0
 """A failure identical to the previous one is logged as a warning at most this often."""

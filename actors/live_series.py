@@ -3,7 +3,7 @@ in PostgreSQL, nothing survives a restart):
 
 * throughput: messages pushed, popped and acknowledged through *this* broker, per
   second, for the last ``THROUGHPUT_SECONDS``; sampled once a second from the process
-  counters (broker/telemetry.py), so a second's figure is the counters' difference;
+  counters (broker/core/telemetry.py), so a second's figure is the counters' difference;
 * depth: every queue's pending figure as queen.stats holds it (the stats job counts it),
   read every ``depth_interval_s`` and kept for ``DEPTH_POINTS`` samples.
 

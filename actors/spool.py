@@ -67,8 +67,8 @@ from loguru import logger
 
 from actors.runtime import AsyncioActor
 from actors.spool_quarantine import Quarantine, entry_id, import_failed_files
-from broker.logs import Throttle, dropped_note
-from broker.validate import event_problem
+from broker.core.logs import Throttle, dropped_note
+from broker.core.validate import event_problem
 
 __all__ = ["Spool", "SpoolBacklog", "SpoolError", "SpoolFull", "accepted_at",
            "read_records", "spool_file_key"]

@@ -76,7 +76,7 @@ def start_database() -> Database:
                         os.environ.get("PG_USER", "postgres"),
                         os.environ.get("PG_PASSWORD", "postgres"),
                         os.environ.get("PG_DB", "postgres"))
-    from broker.embedded_pg import EmbeddedPostgres
+    from broker.store.embedded_pg import EmbeddedPostgres
     tmp = Path(tempfile.mkdtemp(prefix="qbench-pg", dir="/tmp"))
     pg = EmbeddedPostgres(tmp / "data", port=free_port())
     pg.start()

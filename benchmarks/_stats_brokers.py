@@ -40,24 +40,24 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 
 # Where each route's time goes (for the findings of slow routes).
 WHERE = {
-    "status": "broker/routes/ops/status.py:status -> broker/store/ops.py:status "
+    "status": "broker/http/routes/ops/status.py:status -> broker/store/ops.py:status "
               "(ops_sql MESSAGE_TOTALS_FROM_STATS, INGEST_SERIES, LEASES, DLQ_SUMMARY, DLQ_TOP_ERRORS)",
-    "status/queues": "broker/routes/ops/status.py:status_queues -> ops.queues_status "
+    "status/queues": "broker/http/routes/ops/status.py:status_queues -> ops.queues_status "
                      "(ops_sql.QUEUES_FROM_STATS)",
-    "status/queues/{q}": "broker/routes/ops/status.py:status_queue -> ops.queue_status "
+    "status/queues/{q}": "broker/http/routes/ops/status.py:status_queue -> ops.queue_status "
                          "(ops_sql.QUEUE_PARTITIONS_LIVE: live count(*) per partition)",
-    "resources/overview": "broker/routes/ops/resources.py:overview -> ops.overview "
+    "resources/overview": "broker/http/routes/ops/resources.py:overview -> ops.overview "
                           "(ops_sql.CURSOR_ROWS over every cursor row)",
-    "consumer-groups": "broker/routes/ops/consumer_groups.py:list_groups -> ops.consumer_groups "
+    "consumer-groups": "broker/http/routes/ops/consumer_groups.py:list_groups -> ops.consumer_groups "
                        "(ops_sql.CURSOR_ROWS over every cursor row)",
-    "consumer-groups/{g}": "broker/routes/ops/consumer_groups.py:get_group -> ops.cursor_rows "
+    "consumer-groups/{g}": "broker/http/routes/ops/consumer_groups.py:get_group -> ops.cursor_rows "
                            "(ops_sql.CURSOR_ROWS, group filter)",
-    "consumer-groups/lagging": "broker/routes/ops/consumer_groups.py:lagging -> ops.cursor_rows "
+    "consumer-groups/lagging": "broker/http/routes/ops/consumer_groups.py:lagging -> ops.cursor_rows "
                                "(ops_sql.CURSOR_ROWS, min lag filter)",
-    "dlq": "broker/routes/admin.py:dlq -> Store.dlq (sql.DLQ_COUNT, sql.DLQ_PAGE)",
-    "resources/queues/{q}/depth": "broker/routes/ops/resources.py:depth -> ops.queue_depth "
+    "dlq": "broker/http/routes/admin.py:dlq -> Store.dlq (sql.DLQ_COUNT, sql.DLQ_PAGE)",
+    "resources/queues/{q}/depth": "broker/http/routes/ops/resources.py:depth -> ops.queue_depth "
                                   "(ops_sql.QUEUE_DEPTH)",
-    "metrics/prometheus": "broker/routes/ops/metrics.py:metrics_prometheus -> "
+    "metrics/prometheus": "broker/http/routes/ops/metrics.py:metrics_prometheus -> "
                           "ops.metrics_snapshot (QUEUE_STATS_ROWS, DLQ_BY_QUEUE, LIVE_LEASE_COUNT)",
 }
 

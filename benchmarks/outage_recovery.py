@@ -103,7 +103,7 @@ class Setup:
     back, ``close()`` undoes everything (and summarises the brokers' logs first)."""
 
     def __init__(self, kind: str, args: argparse.Namespace) -> None:
-        from broker.embedded_pg import EmbeddedPostgres
+        from broker.store.embedded_pg import EmbeddedPostgres
         self.kind, self.args = kind, args
         self.root = Path(tempfile.mkdtemp(prefix="qbench-recovery", dir="/tmp"))
         self.brokers: list[Broker] = []

@@ -48,7 +48,7 @@ def py_spy() -> str:
 
 
 def frame_name(frame: str) -> str:
-    """'handler (broker/routes/push.py:12)' -> 'broker/routes/push.py:handler'."""
+    """'handler (broker/http/routes/push.py:12)' -> 'broker/http/routes/push.py:handler'."""
     name, _, where = frame.partition(" (")
     path = where.rsplit(":", 1)[0].rstrip(")")
     for marker in ("site-packages/", "/wt-", "/work/"):

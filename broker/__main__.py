@@ -25,8 +25,8 @@ from loguru import logger
 
 from actors.spool_lock import SpoolDirectoryBusy, SpoolDirectoryLock
 from broker import __version__
-from broker.config import VARIABLES, ConfigError, Settings, load_settings, suspicious_variables
-from broker.logs import Throttle, add_sink, dropped_note
+from broker.core.config import VARIABLES, ConfigError, Settings, load_settings, suspicious_variables
+from broker.core.logs import Throttle, add_sink, dropped_note
 
 # Variables shown by --help; the README's configuration table has all of them.
 HELP_VARIABLES = ("HOST", "PORT", "PG_HOST", "PG_PORT", "PG_USER", "PG_PASSWORD", "PG_DB",
@@ -185,7 +185,7 @@ def hold_spool_directory(settings: Settings) -> SpoolDirectoryLock | None:
 
 
 def start_embedded(settings: Settings):
-    from broker.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError
+    from broker.store.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError
 
     embedded = EmbeddedPostgres(settings.embedded_pg_dir, port=settings.embedded_pg_port)
     logger.info("starting embedded PostgreSQL in {}", settings.embedded_pg_dir)
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             dsn, address, variables, wait_ms=settings.pg_connect_wait_ms,
             connect_timeout_ms=settings.db_connection_timeout,
             tls=unverified_tls() if settings.pg_tls_unverified else None))
-        from broker.app import create_app
+        from broker.http.app import create_app
         try:
             app = create_app(settings, dsn)
         except ConfigError as exc:  # e.g. unreadable JWT key material

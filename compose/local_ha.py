@@ -58,7 +58,7 @@ def main() -> int:
         db_env = {k: os.environ[k] for k in ("PG_HOST", "PG_PORT", "PG_USER", "PG_PASSWORD", "PG_DB")
                   if k in os.environ}
     else:
-        from broker.embedded_pg import EmbeddedPostgres
+        from broker.store.embedded_pg import EmbeddedPostgres
         pg = EmbeddedPostgres(work / "pgdata", port=0)
         pg.start()
         db_env = {"PG_HOST": pg.host, "PG_PORT": str(pg.port)}

@@ -53,7 +53,7 @@ def database():
                        os.environ.get("PG_PASSWORD", "postgres"),
                        os.environ.get("PG_DB", "postgres"))
         return
-    from broker.embedded_pg import EmbeddedPostgres
+    from broker.store.embedded_pg import EmbeddedPostgres
     data_dir = Path(tempfile.mkdtemp(prefix="qpg", dir="/tmp")) / "data"
     pg = EmbeddedPostgres(data_dir, port=free_port())
     pg.start()

@@ -1,6 +1,6 @@
 """The service layer: what the broker does, between the routes and the actors/store.
 
-Routes parse a request (``broker.wire``), call one function here, and shape
+Routes parse a request (``broker.http.wire.messages``), call one function here, and shape
 the answer. These functions know the store, the actors and each other, never
 Sanic: a push, a pop with the hot-list's claim protocol, an ack, a
 transaction, the spool's replay and the wakes after a commit or a released

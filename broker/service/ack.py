@@ -6,12 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from broker.core.domain import AckRow, PushItem
+from broker.core.ids import new_uuid7
+from broker.core.telemetry import telemetry
 from broker.service.context import BrokerContext
 from broker.service.push import to_rows, wake_after_commit
-from broker.store.db import AckRow, PartitionHeld, TransactionAborted, run_transaction
+from broker.store.db import PartitionHeld, TransactionAborted, run_transaction
 from broker.store.kv import KvPreconditionFailed
-from broker.telemetry import telemetry
-from broker.wire import PushItem, new_uuid7
 
 if TYPE_CHECKING:
     from broker.service.riders import Riders

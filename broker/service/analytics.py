@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from broker.core.times import iso_milli
 from broker.store import analytics
 from broker.store.db import Store
-from broker.wire import iso_milli
 
 
 def bucket_minutes(since: dt.datetime, until: dt.datetime) -> int:

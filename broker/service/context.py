@@ -1,7 +1,7 @@
 """The application context, typed: Sanic's ``app.ctx`` is an instance of this.
 
 Fields set when the app is built are filled at once; the rest while the
-server starts (``broker.app``'s ``before_server_start``), before any request
+server starts (``broker.http.app``'s ``before_server_start``), before any request
 is served, so handlers and services may rely on every field being set.
 """
 from __future__ import annotations
@@ -14,11 +14,11 @@ if TYPE_CHECKING:
     from actors.mesh import Mesh
     from actors.reconciler import MaintenanceFlags, QueueConfigCache
     from actors.spool import SpoolBacklog
-    from broker.auth import Authenticator
-    from broker.config import Settings
-    from broker.crypto import PayloadCipher
+    from broker.core.config import Settings
+    from broker.core.crypto import PayloadCipher
+    from broker.core.telemetry import Telemetry
+    from broker.http.auth import Authenticator
     from broker.store.db import Store
-    from broker.telemetry import Telemetry
 
 
 @dataclass

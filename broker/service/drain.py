@@ -11,10 +11,10 @@ from typing import Any
 import ujson
 
 from actors.spool import accepted_at, spool_file_key
+from broker.core.ids import new_uuid7
 from broker.service.context import BrokerContext
 from broker.service.push import wake_after_commit
 from broker.store.db import StoreBusy, StoreUnavailable
-from broker.wire import new_uuid7
 
 
 class RejectedEvents(Exception):

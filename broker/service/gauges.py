@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
+from broker.core.times import iso_milli
 from broker.service.context import BrokerContext
 from broker.store.db import StoreError, StoreUnavailable
-from broker.wire import iso_milli
 
 
 def gauges(ctx: BrokerContext) -> dict:

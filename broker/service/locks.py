@@ -2,10 +2,10 @@
 broker/store/locks.py."""
 from __future__ import annotations
 
+from broker.core.ids import new_uuid7
 from broker.service.context import BrokerContext
 from broker.store import locks
 from broker.store.locks import LockOp
-from broker.wire import new_uuid7
 
 
 def minted_owner() -> str:

@@ -12,11 +12,13 @@ from loguru import logger
 
 from actors.hotlist import REQUEUE
 from actors.pop_waiters import long_poll
-from broker.logs import Throttle, dropped_note
+from broker.core.domain import PopRequest
+from broker.core.ids import new_uuid7
+from broker.core.logs import Throttle, dropped_note
+from broker.core.telemetry import telemetry
+from broker.http.wire.messages import pop_message
 from broker.service.context import BrokerContext
 from broker.store.db import StoreUnavailable
-from broker.telemetry import telemetry
-from broker.wire import PopRequest, new_uuid7, pop_message
 
 # A parked pop re-checks every few hundred ms: during an outage, one line a minute per queue.
 _WAITING_LINES = Throttle(60.0)

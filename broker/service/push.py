@@ -11,11 +11,14 @@ from typing import Any, Literal
 from loguru import logger
 
 from actors.spool import SpoolError, SpoolFull
+from broker.core.domain import PushItem
+from broker.core.errors import BadRequest
+from broker.core.ids import new_uuid7
+from broker.core.telemetry import telemetry
+from broker.core.validate import Invalid, check_name
+from broker.http.wire.messages import push_result
 from broker.service.context import BrokerContext
 from broker.store.db import PushRow, StoreUnavailable
-from broker.telemetry import telemetry
-from broker.validate import Invalid, check_name
-from broker.wire import BadRequest, PushItem, new_uuid7, push_result
 
 Outcome = Literal["stored", "buffered", "mixed", "full", "failed"]
 

@@ -13,9 +13,9 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from broker.core.times import iso_micro
 from broker.service.context import BrokerContext
 from broker.store import reads
-from broker.wire import iso_micro
 
 OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
 UNKNOWN_TOPIC_OR_PARTITION = "UNKNOWN_TOPIC_OR_PARTITION"

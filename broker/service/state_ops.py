@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.core.times import iso_milli
 from broker.service.context import BrokerContext
 from broker.store import state_ops
-from broker.wire import iso_milli
 
 KV_PAGE_DEFAULT = 100
 KV_PAGE_MAX = 1000

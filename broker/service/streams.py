@@ -13,14 +13,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from broker.core.domain import AckRow, PushItem
+from broker.core.telemetry import telemetry
 from broker.service.ack import leases_released, refuse_held
 from broker.service.context import BrokerContext
 from broker.service.push import to_rows, wake_after_commit
 from broker.store import streams as store
-from broker.store.db import AckRow, TransactionAborted
+from broker.store.db import TransactionAborted
 from broker.store.streams import StateOp, StateRead
-from broker.telemetry import telemetry
-from broker.wire import PushItem
 
 
 async def register_query(ctx: BrokerContext, name: str, source: str, sink: str | None,

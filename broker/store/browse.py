@@ -1,4 +1,4 @@
-"""Store functions of the paged browsing routes (broker/routes/ops/browse.py) and of the
+"""Store functions of the paged browsing routes (broker/http/routes/ops/browse.py) and of the
 depth history (actors/live_series.py): one pooled connection each, the statements of
 :mod:`broker.store.browse_sql`, errors mapped like every other store call."""
 from __future__ import annotations

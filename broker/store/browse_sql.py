@@ -1,4 +1,4 @@
-"""SQL of the paged browsing routes (broker/routes/ops/browse.py): named, documented
+"""SQL of the paged browsing routes (broker/http/routes/ops/browse.py): named, documented
 statements, like broker/store/ops_sql.py.
 
 Every statement here answers one page and says how many rows match (``full_count``), so a

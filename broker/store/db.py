@@ -18,12 +18,11 @@ import asyncpg
 import ujson
 from loguru import logger
 
+from broker.core.domain import AckRow
+from broker.core.telemetry import telemetry
 from broker.store import sql
 from broker.store.health import DatabaseHealth
 from broker.store.schema import apply_schema
-from broker.telemetry import telemetry
-
-QUEUE_MODE = "__QUEUE_MODE__"
 
 
 class StoreUnavailable(Exception):
@@ -112,7 +111,6 @@ def fails_every_request(exc: BaseException) -> bool:
     would meet it alike, so none is retried alone, and a spooled event that
     meets it is kept for a later replay."""
     return isinstance(exc, (StoreUnavailable, StoreBusy))
-
 
 
 @contextlib.contextmanager
@@ -246,16 +244,6 @@ class PushRow:
     encrypted: bool = False
     producer_sub: str | None = None
     payload_json: str | None = None  # ``payload`` already serialized (and checked)
-
-
-@dataclass(frozen=True)
-class AckRow:
-    transaction_id: str
-    partition_id: str
-    status: str
-    error: str | None
-    consumer_group: str
-    lease_id: str | None
 
 
 class Store:

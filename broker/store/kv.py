@@ -13,9 +13,9 @@ from typing import Any
 
 import asyncpg
 
+from broker.core.times import iso_milli
 from broker.store import kv_sql as sql
 from broker.store.db import Store, StoreBusy, StoreConflict
-from broker.wire import iso_milli
 
 FOREVER = None  # expires_at of a row written with ``forever: true``
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import asyncpg
 
+from broker.core.times import iso_milli
 from broker.store import locks_sql as sql
 from broker.store.db import Store, StoreBusy, StoreConflict
-from broker.wire import iso_milli
 
 NAMESPACE = "queen-locks"
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import asyncpg
 
+from broker.core.domain import QUEUE_MODE
 from broker.store import ops_sql as q
 from broker.store import sql, streams_sql
-from broker.store.db import QUEUE_MODE, Store
+from broker.store.db import Store
 
 Record = asyncpg.Record
 

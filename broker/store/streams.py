@@ -9,9 +9,9 @@ from typing import Any
 
 import asyncpg
 
+from broker.core.domain import AckRow
 from broker.store import streams_sql as q
 from broker.store.db import (
-    AckRow,
     PartitionHeld,
     PushRow,
     Store,

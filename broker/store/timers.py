@@ -8,9 +8,10 @@ from typing import Any
 
 import asyncpg
 
+from broker.core.ids import new_uuid7
+from broker.core.times import iso_milli
 from broker.store import timers_sql as sql
 from broker.store.db import PushRow, Store, StoreBusy, StoreConflict
-from broker.wire import iso_milli, new_uuid7
 
 
 @dataclass(frozen=True)

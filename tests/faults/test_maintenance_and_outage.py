@@ -16,7 +16,7 @@ import asyncpg
 import httpx
 import pytest
 
-from broker.embedded_pg import EmbeddedPostgres
+from broker.store.embedded_pg import EmbeddedPostgres
 from tests.conftest import Database, free_port, start_broker
 from tests.waiting import wait_until_async
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from broker.embedded_pg import EmbeddedPostgres
+from broker.store.embedded_pg import EmbeddedPostgres
 from tests.conftest import ROOT, BrokerProcess, free_port, wait_healthy
 from tests.waiting import wait_until
 

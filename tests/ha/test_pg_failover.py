@@ -24,7 +24,7 @@ import asyncpg
 import httpx
 import pytest
 
-from broker.embedded_pg import EmbeddedPostgres
+from broker.store.embedded_pg import EmbeddedPostgres
 from tests.conftest import Database, free_port, launch_broker, start_broker
 from tests.waiting import wait_until, wait_until_async
 

@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 from jwt.algorithms import RSAAlgorithm
 
-from broker.auth import JWKS_REFRESH_COOLDOWN_S
+from broker.http.auth import JWKS_REFRESH_COOLDOWN_S
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,9 +14,10 @@ from types import SimpleNamespace
 import pytest
 
 from actors.hotlist import HotListActor
+from broker.core.ids import new_uuid7
+from broker.http.wire.messages import parse_pop
 from broker.service.pop import claim, verdicts
 from broker.store.db import PushRow, Store
-from broker.wire import new_uuid7, parse_pop
 
 
 @pytest.fixture

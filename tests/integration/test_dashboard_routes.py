@@ -1,4 +1,4 @@
-"""The JSON routes the dashboard reads (broker/routes/ops/browse.py, live.py, dashboard.py),
+"""The JSON routes the dashboard reads (broker/http/routes/ops/browse.py, live.py, dashboard.py),
 through HTTP on the shared broker: pages are bounded and counted, searches run in the
 database, the throughput series counts what was pushed, bad parameters are 400s."""
 from __future__ import annotations

@@ -38,7 +38,7 @@ def migration_http(broker_factory):
 @pytest.fixture
 def target_pg():
     """A second embedded PostgreSQL on a free port; stopped and deleted afterwards."""
-    from broker.embedded_pg import EmbeddedPostgres
+    from broker.store.embedded_pg import EmbeddedPostgres
     data_dir = Path(tempfile.mkdtemp(prefix="qmig", dir="/tmp")) / "data"
     pg = EmbeddedPostgres(data_dir, port=free_port())
     pg.start()

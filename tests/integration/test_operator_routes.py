@@ -641,7 +641,7 @@ def test_metrics_prometheus(http, queue_name):
 
 def test_prometheus_render_with_mesh():
     """The mesh families appear when the mesh runs (rendered from a snapshot)."""
-    from broker.routes.ops.metrics import render
+    from broker.http.routes.ops.metrics import render
     snap = {"gauges": {"db_pool_size": 2, "db_pool_idle": 1, "db_pool_max": 10,
                        "maintenance_mode": True, "pop_maintenance_mode": False,
                        "long_polls_in_flight": 0,

@@ -8,7 +8,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from broker.config import (  # noqa: E402
+from broker.core.config import (  # noqa: E402
     VARIABLES,
     ConfigError,
     Settings,
@@ -207,13 +207,13 @@ def test_markdown_table_lists_every_variable():
 
 
 def test_readme_configuration_table_matches_the_code():
-    """The README's variable table is exactly what broker/config.py declares."""
+    """The README's variable table is exactly what broker/core/config.py declares."""
     text = (ROOT / "README.md").read_text()
     start, end = "<!-- config:start -->\n", "\n<!-- config:end -->"
     assert start in text and end in text, "README.md lost its config table markers"
     embedded = text[text.index(start) + len(start):text.index(end)]
     assert embedded.strip() == markdown_table().strip(), (
-        "README.md's configuration table is stale: paste broker.config.markdown_table() "
+        "README.md's configuration table is stale: paste broker.core.config.markdown_table() "
         "between the config markers")
 
 
@@ -248,7 +248,7 @@ def test_mesh_tls_needs_all_three_readable_files(tmp_path):
 
 
 def test_variables_that_look_like_ours_are_warned_about():
-    from broker.config import suspicious_variables
+    from broker.core.config import suspicious_variables
     warnings = suspicious_variables({
         "QUEEN_MESH_PEER": "b:6633", "PG_HOTS": "db", "PG_SOMETHING": "1", "PORT": "1",
         "QUEEN_URL": "http://x", "PATH": "/bin", "HOME": "/root", "PIP_DEFAULT_TIMEOUT": "60",

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from broker.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError  # noqa: E402
+from broker.store.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError  # noqa: E402
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ def test_concurrent_processes_share_one_initdb(base_dir):
     data_dir = path / "race"
     script = (
         f"import json, sys; sys.path.insert(0, {str(ROOT)!r})\n"
-        "from broker.embedded_pg import EmbeddedPostgres\n"
+        "from broker.store.embedded_pg import EmbeddedPostgres\n"
         f"pg = EmbeddedPostgres({str(data_dir)!r}, port=0); pg.start()\n"
         "print(json.dumps(pg.port))\n"
     )

@@ -11,7 +11,7 @@ import pytest
 from loguru import logger
 
 from broker.__main__ import SANIC_LOGGERS, route_sanic_logs, setup_logging
-from broker.logs import Throttle
+from broker.core.logs import Throttle
 
 
 @pytest.fixture

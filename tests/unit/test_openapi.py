@@ -8,11 +8,11 @@ import pytest
 from openapi_spec_validator import validate
 from sanic import Sanic
 
-from broker.app import create_app
-from broker.config import load_settings
-from broker.openapi import document
-from broker.openapi.builder import openapi_path
-from broker.openapi.page import render
+from broker.core.config import load_settings
+from broker.http.app import create_app
+from broker.http.openapi import document
+from broker.http.openapi.builder import openapi_path
+from broker.http.openapi.page import render
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_the_document_is_valid_openapi_3_1():
 
 def test_every_served_route_is_documented(app):
     missing = served_operations(app) - documented_operations()
-    assert not missing, f"routes without an OpenAPI entry (add one in broker/openapi/paths/): " \
+    assert not missing, f"routes without an OpenAPI entry (add one in broker/http/openapi/paths/): " \
                         f"{sorted(missing)}"
 
 

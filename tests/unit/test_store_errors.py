@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from broker.http import error
+from broker.http.responses import error
 from broker.store.db import (
     StoreBusy,
     StoreConflict,

@@ -1,4 +1,4 @@
-"""The acceptance rule (broker/validate.py): the fast screens agree with the
+"""The acceptance rule (broker/core/validate.py): the fast screens agree with the
 exact checks on every value, and both agree with what PostgreSQL refuses
 (the latter is checked through HTTP in tests/faults/test_push_property.py)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.validate import Invalid, check_name, check_payload, check_push, payload_json
+from broker.core.validate import Invalid, check_name, check_payload, check_push, payload_json
 
 texts = st.one_of(st.text(st.characters(codec=None, exclude_categories=()), max_size=10),
                   st.sampled_from(["\x00", "a\x00", "\ud800", "NaN", "Infinity", "\\u0000"]))

@@ -6,7 +6,7 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.wire import is_uuid
+from broker.core.ids import is_uuid
 
 
 def by_uuid_module(value: str) -> bool:

@@ -1,0 +1,45 @@
+"""The domain's value types, shared by the wire, the services and the store."""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+# The consumer group of a pop or ack that names none: queue mode, one shared cursor.
+QUEUE_MODE = "__QUEUE_MODE__"
+
+
+@dataclass(frozen=True)
+class AckRow:
+    transaction_id: str
+    partition_id: str
+    status: str
+    error: str | None
+    consumer_group: str
+    lease_id: str | None
+
+
+@dataclass(frozen=True)
+class PushItem:
+    queue: str
+    partition: str
+    payload: Any
+    transaction_id: str
+    trace_id: str | None
+    payload_json: str | None = None  # the payload serialized once, checked storable
+
+
+@dataclass(frozen=True)
+class PopRequest:
+    queue: str | None
+    partition: str | None
+    namespace: str | None
+    task: str | None
+    group: str
+    batch: int
+    max_partitions: int
+    wait: bool
+    timeout_ms: int
+    auto_ack: bool
+    subscription_mode: str | None   # 'new' | 'timestamp' | None (all)
+    subscription_from: dt.datetime | None

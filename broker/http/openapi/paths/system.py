@@ -1,0 +1,107 @@
+"""Health, metrics, maintenance modes, shared state, background jobs, the spool's
+quarantine, and this reference itself."""
+from __future__ import annotations
+
+from broker.http.openapi.builder import (
+    ANY,
+    BOOL,
+    INT,
+    MAP,
+    NSTR,
+    STR,
+    answer,
+    arr,
+    nullable,
+    obj,
+    op,
+    path,
+)
+
+TAG = "System"
+QTAG = "Spool quarantine"
+
+ENABLED = obj({"enabled": BOOL}, ["enabled"])
+QUARANTINE_ID = path("ident", "Quarantine entry id",
+                     {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,159}$"})
+Q_ENTRY = obj({"id": STR, "reason": NSTR, "error": NSTR, "quarantinedAt": ANY,
+               "originFile": NSTR, "index": ANY, "queue": NSTR, "partition": NSTR,
+               "transactionId": NSTR}, ["id"])
+HEALTH = obj({"status": {"type": "string", "enum": ["healthy", "unhealthy"]},
+              "database": {"type": "string", "enum": ["connected", "disconnected"]},
+              "server": STR, "brokerVersion": STR, "shared_state": MAP, "spool": MAP},
+             ["status", "database", "server"])
+PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
+
+OPERATIONS = [
+    op("GET", "/health", tag=TAG, summary="Liveness and the database's reachability",
+       public=True, database=False, ok=HEALTH,
+       responses={503: {**answer(HEALTH, "The database is unreachable")}}),
+    op("GET", "/metrics", tag=TAG, summary="Process and queue figures (JSON)",
+       description="A client whose Accept asks for `text/plain` or OpenMetrics gets the "
+                   "Prometheus text of `/metrics/prometheus`.",
+       public=True, database=False,
+       responses={200: {"description": "OK", "content": {
+           "application/json": {"schema": obj({"uptime": ANY, "requests": MAP, "messages": MAP,
+                                               "database": MAP, "spool": MAP,
+                                               "queues": nullable(ANY)},
+                                              ["uptime", "requests", "messages"])},
+           PROMETHEUS: {"schema": STR}}}}),
+    op("GET", "/metrics/prometheus", tag=TAG, summary="Prometheus text format",
+       public=True, database=False, ok=STR, ok_description="Prometheus exposition text",
+       responses={200: answer(STR, "Prometheus exposition text", PROMETHEUS)}),
+    op("GET", "/api/v1/system/maintenance", tag=TAG,
+       summary="Both maintenance flags, the spool and the cluster's spool backlog",
+       ok=obj({"maintenanceMode": BOOL, "popMaintenanceMode": BOOL, "bufferedMessages": INT,
+               "bufferHealthy": BOOL, "quarantinedEvents": INT, "orderExceptions": INT,
+               "staging": MAP, "bufferStats": MAP, "clusterBacklog": nullable(arr(MAP))},
+              ["maintenanceMode", "popMaintenanceMode", "bufferedMessages"])),
+    op("POST", "/api/v1/system/maintenance", tag=TAG,
+       summary="Push maintenance on/off (pushes go to the spool while on)",
+       body=ENABLED, body_required=True,
+       ok=obj({"maintenanceMode": BOOL, "bufferedMessages": INT, "bufferHealthy": BOOL,
+               "message": STR}, ["maintenanceMode"])),
+    op("GET", "/api/v1/system/maintenance/pop", tag=TAG, summary="The pop maintenance flag",
+       ok=obj({"popMaintenanceMode": BOOL, "message": STR}, ["popMaintenanceMode"])),
+    op("POST", "/api/v1/system/maintenance/pop", tag=TAG,
+       summary="Pop maintenance on/off (pops answer empty while on)",
+       body=ENABLED, body_required=True,
+       ok=obj({"popMaintenanceMode": BOOL, "message": STR}, ["popMaintenanceMode"])),
+    op("GET", "/api/v1/system/shared-state", tag=TAG,
+       summary="This broker's view of the cluster: mesh peers, caches, flags",
+       database=False,
+       ok=obj({"enabled": BOOL, "running": BOOL, "server_id": STR,
+               "transport": nullable(MAP), "server_health": MAP, "maintenance_mode": BOOL,
+               "pop_maintenance_mode": BOOL, "parkedPops": INT},
+              ["enabled", "running", "server_id", "transport"])),
+    op("POST", "/api/v1/stats/refresh", tag=TAG, summary="Run a stats cycle now",
+       body=obj({"full": {"type": "boolean", "description": "Recount every partition"}}),
+       ok=obj({"success": BOOL, "skipped": BOOL, "durationMs": ANY}, ["success", "skipped"]),
+       responses={500: answer(obj({"success": BOOL, "error": STR}, ["success", "error"]),
+                              "The cycle failed (its error is in the body)")}),
+    op("GET", "/api/v1/system/jobs", tag=TAG, summary="The background jobs' counters",
+       database=False, ok=obj(additionalProperties=MAP)),
+    op("POST", "/api/v1/system/jobs/<name:str>/run", tag=TAG, summary="Run one cycle of a job",
+       params=(path("name", "Job name", {"type": "string",
+                                         "enum": ["retention", "stats", "metrics"]}),),
+       errors=(404,), ok=MAP),
+    op("GET", "/api/v1/system/spool/quarantine", tag=QTAG,
+       summary="Spooled pushes the replay could not commit (node-local)", database=False,
+       ok=obj({"count": INT, "entries": arr(Q_ENTRY)}, ["count", "entries"])),
+    op("GET", "/api/v1/system/spool/quarantine/<ident>", tag=QTAG,
+       summary="One quarantined entry, with its event", params=(QUARANTINE_ID,),
+       database=False, errors=(404,), ok=obj({"id": STR, "event": ANY}, ["id"])),
+    op("POST", "/api/v1/system/spool/quarantine/<ident>/replay", tag=QTAG,
+       summary="Push a quarantined event now, optionally to another queue/partition",
+       params=(QUARANTINE_ID,), body=obj({"queue": STR, "partition": STR}),
+       errors=(404, 409),
+       ok=obj({"id": STR, "status": STR, "queue": NSTR, "partition": NSTR,
+               "transactionId": NSTR}, ["id", "status"])),
+    op("DELETE", "/api/v1/system/spool/quarantine/<ident>", tag=QTAG,
+       summary="Discard a quarantined event", params=(QUARANTINE_ID,), database=False,
+       errors=(404,), ok=obj({"id": STR, "discarded": BOOL}, ["id", "discarded"])),
+    op("GET", "/openapi.json", tag="Reference", summary="This OpenAPI document",
+       public=True, database=False, ok=MAP),
+    op("GET", "/docs", tag="Reference", summary="This reference as a page",
+       public=True, database=False,
+       responses={200: answer(STR, "A self-contained HTML page", "text/html")}),
+]

@@ -1,0 +1,30 @@
+"""POST /api/v1/push (docs/wire-contract.md §4): parse, push through the service, shape the
+answer."""
+from __future__ import annotations
+
+from sanic import Blueprint, Request
+
+from broker.http.responses import json, read_json
+from broker.http.wire.messages import check_item_count, parse_push
+from broker.service import push as service
+
+bp = Blueprint("push")
+
+# HTTP status per outcome: 200 stored (or partly stored, partly spooled), 201
+# when everything waits in the spool, 503 with Retry-After when nothing of the
+# spooled part was acknowledged.
+_STATUS = {"stored": 200, "mixed": 200, "buffered": 201, "full": 503, "failed": 503}
+
+
+@bp.post("/api/v1/push")
+async def push(request: Request):
+    ctx = request.app.ctx
+    producer_sub = service.checked_producer_sub(getattr(request.ctx, "producer_sub", None))
+    items = parse_push(read_json(request))
+    check_item_count(len(items), ctx.settings.push_max_items_per_request)
+    if not items:
+        return json([], status=201)
+    answer = await service.push(ctx, items, producer_sub)
+    if answer.outcome == "full":
+        return json({"error": answer.error}, status=503)  # Retry-After: send it again
+    return json(answer.results, status=_STATUS[answer.outcome])

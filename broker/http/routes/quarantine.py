@@ -1,0 +1,70 @@
+"""The spool's quarantine, for operators: spooled pushes the replay could not
+commit (each set aside alone, its neighbours committed), to list, look at,
+replay (after fixing what was wrong) or discard. Admin role under JWT.
+
+    GET    /api/v1/system/spool/quarantine              entries without payloads
+    GET    /api/v1/system/spool/quarantine/{id}         one entry, with its event
+    POST   /api/v1/system/spool/quarantine/{id}/replay  push it now; body may override
+                                                        {"queue", "partition"}
+    DELETE /api/v1/system/spool/quarantine/{id}         discard it
+
+The quarantine is node-local, like the spool: ask the broker that holds it.
+"""
+from __future__ import annotations
+
+from sanic import Blueprint, Request
+
+from actors.spool_quarantine import valid_id
+from broker.core.errors import BadRequest
+from broker.http.responses import error, json, read_json
+from broker.http.wire.messages import body_object
+from broker.store.db import StoreError
+
+bp = Blueprint("quarantine")
+
+PREFIX = "/api/v1/system/spool/quarantine"
+
+
+def _ident(value: str) -> str:
+    if not valid_id(value):
+        raise BadRequest(f"not a quarantine id: {value[:80]!r}")
+    return value
+
+
+@bp.get(PREFIX)
+async def list_quarantine(request: Request):
+    entries = await request.app.ctx.spool.quarantine_list()
+    return json({"count": len(entries), "entries": entries})
+
+
+@bp.get(PREFIX + "/<ident>")
+async def get_entry(request: Request, ident: str):
+    entry = await request.app.ctx.spool.quarantine_get(_ident(ident))
+    if entry is None:
+        return error(f"no quarantined event {ident}", 404)
+    return json(entry)
+
+
+@bp.post(PREFIX + "/<ident>/replay")
+async def replay_entry(request: Request, ident: str):
+    overrides = body_object(read_json(request))
+    for key in ("queue", "partition"):
+        if key in overrides and not isinstance(overrides[key], str):
+            raise BadRequest(f"{key} must be a string")
+    try:
+        result = await request.app.ctx.spool.quarantine_replay(
+            _ident(ident), {k: overrides[k] for k in ("queue", "partition") if k in overrides})
+    except LookupError:
+        return error(f"no quarantined event {ident}", 404)
+    except ValueError as exc:
+        return error(f"cannot replay {ident}: {exc}", 409)
+    except StoreError as exc:  # still refused by PostgreSQL: kept in the quarantine
+        return error(f"cannot replay {ident}: {exc}", 409)
+    return json(result)
+
+
+@bp.delete(PREFIX + "/<ident>")
+async def discard_entry(request: Request, ident: str):
+    if not await request.app.ctx.spool.quarantine_discard(_ident(ident)):
+        return error(f"no quarantined event {ident}", 404)
+    return json({"id": ident, "discarded": True})

@@ -1,0 +1,113 @@
+"""Maintenance modes (docs/behaviour.md §4.2, docs/wire-contract.md §15.4).
+
+The database holds the truth (queen.system_state); each broker mirrors both
+flags in memory, and the hot paths read only the mirror. A flip here persists
+the flag, then sets the local mirror and tells the peers; a peer that misses
+the hint catches up at its next reconcile. A flip that cannot be persisted
+answers 503 and changes nothing.
+"""
+from __future__ import annotations
+
+from sanic import Blueprint, Request
+
+from broker.core.errors import BadRequest
+from broker.http.responses import json, read_json
+from broker.http.wire.messages import body_object
+from broker.service.drain import spool_stats
+from broker.service.gauges import cluster_backlog
+from broker.store.db import StoreError, StoreUnavailable
+
+bp = Blueprint("system")
+
+FLAG_KEYS = {"push": "maintenance_mode", "pop": "pop_maintenance_mode"}
+
+
+def _enabled(request: Request) -> bool:
+    enabled = body_object(read_json(request)).get("enabled")
+    if not isinstance(enabled, bool):
+        raise BadRequest("enabled (boolean) is required")
+    return enabled
+
+
+async def _flip(app, which: str, enabled: bool) -> None:
+    """Store the flag first, then flip it here and tell the peers. A flip that
+    cannot be stored raises (StoreUnavailable / StoreError: a 503) and changes
+    nothing: flipping only this broker would be undone by its own reconcile
+    loop, which re-reads the flag from the database, after the route had
+    answered that maintenance was on."""
+    await app.ctx.store.set_system_flag(FLAG_KEYS[which], enabled)
+    app.ctx.flags.set(which, enabled, "HTTP")
+    app.ctx.hints.maintenance_changed(which, enabled)
+
+
+async def _refresh_flags(app) -> None:
+    """Read both flags fresh (falls back to memory when the database is down)."""
+    try:
+        state = await app.ctx.store.read_system_flags()
+    except (StoreUnavailable, StoreError):
+        return
+    app.ctx.flags.set("push", state.get("maintenance_mode", False), "read")
+    app.ctx.flags.set("pop", state.get("pop_maintenance_mode", False), "read")
+
+
+async def _buffer(app) -> dict:
+    stats = await spool_stats(app.ctx)
+    failed = stats["failedFiles"]
+    return {
+        "bufferedMessages": stats["pendingCount"],
+        "bufferHealthy": stats["healthy"],
+        "quarantinedEvents": stats["quarantinedEvents"],
+        "orderExceptions": stats["orderExceptions"],
+        # the drain through PostgreSQL: staged pushes not merged yet, the merge rate
+        # here, and the expected time to empty at that rate (null: not merging here)
+        "staging": {k: stats["staging"][k] for k in ("stagedEvents", "stagedPartitions",
+                                                      "mergeRatePerSecond", "etaSeconds",
+                                                      "draining", "lastDrain")},
+        "bufferStats": {"pendingCount": stats["pendingCount"], "failedCount": stats["failedCount"],
+                        "dbHealthy": stats["dbHealthy"],
+                        "pendingBytes": stats["pendingBytes"], "maxBytes": stats["maxBytes"],
+                        "rejectedFull": stats["rejectedFull"],
+                        "quarantinedEvents": stats["quarantinedEvents"],
+                        "failedFiles": {**failed, "failoverCount": failed["count"],
+                                        "qos0Count": 0}},
+    }
+
+
+@bp.get("/api/v1/system/maintenance")
+async def get_maintenance(request: Request):
+    app = request.app
+    await _refresh_flags(app)
+    return json({"maintenanceMode": app.ctx.flags.push, "popMaintenanceMode": app.ctx.flags.pop,
+                 **await _buffer(app), "clusterBacklog": await cluster_backlog(app.ctx)})
+
+
+@bp.post("/api/v1/system/maintenance")
+async def set_maintenance(request: Request):
+    enabled = _enabled(request)
+    app = request.app
+    await _flip(app, "push", enabled)
+    buffer = await _buffer(app)
+    return json({"maintenanceMode": enabled, "bufferedMessages": buffer["bufferedMessages"],
+                 "bufferHealthy": buffer["bufferHealthy"],
+                 "message": "Maintenance mode ENABLED. All PUSHes routing to file buffer."
+                 if enabled else
+                 "Maintenance mode DISABLED. Background processor will drain buffer to DB."})
+
+
+@bp.get("/api/v1/system/maintenance/pop")
+async def get_pop_maintenance(request: Request):
+    app = request.app
+    await _refresh_flags(app)
+    on = app.ctx.flags.pop
+    return json({"popMaintenanceMode": on,
+                 "message": "Pop maintenance mode is ON. All POP operations return empty arrays."
+                 if on else "Pop maintenance mode is OFF. Normal operation."})
+
+
+@bp.post("/api/v1/system/maintenance/pop")
+async def set_pop_maintenance(request: Request):
+    enabled = _enabled(request)
+    await _flip(request.app, "pop", enabled)
+    return json({"popMaintenanceMode": enabled,
+                 "message": "Pop maintenance mode ENABLED. All POP operations will return empty arrays."
+                 if enabled else "Pop maintenance mode DISABLED. Normal operation resumed."})

@@ -1,0 +1,1 @@
+"""Queen's wire format: request parsing (coded 400s) and response shaping."""
