@@ -241,7 +241,7 @@ async def test_consume_handler_error_nacks_and_message_is_redelivered(client, qu
 
 async def test_consumer_groups_fan_out_every_message_to_every_group(client, queue_name):
     """Two consumer groups each receive every message, in order, independently of each other
-    and of queue mode (docs/wire-contract.md §3.2)."""
+    and of queue mode (docs/wire-contract.md §3, rule 2)."""
     await push(client, queue_name, [{"data": i} for i in range(12)])
     g1 = await drain(client, queue_name, group="g1", batch=5, expected=12)
     g2 = await drain(client, queue_name, group="g2", batch=7, expected=12)
@@ -261,7 +261,7 @@ async def test_consumer_groups_fan_out_every_message_to_every_group(client, queu
 async def test_queue_mode_competing_consumers_share_without_overlap(client, queue_name):
     """Queue mode: two concurrent consume() loops compete for one shared cursor — together they
     process every message exactly once, and the work is actually shared
-    (docs/wire-contract.md §3.2–§3.3)."""
+    (docs/wire-contract.md §3, rules 2 and 3)."""
     parts = [f"p{i}" for i in range(4)]
     for p in parts:
         await push(client, queue_name, [{"data": f"{p}-{i}"} for i in range(10)], partition=p)
