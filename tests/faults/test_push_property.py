@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 
 import httpx
 import pytest
@@ -22,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import db_fetch, start_broker
+from tests.waiting import wait_until
 
 EXAMPLES = 60
 _counter = itertools.count()
@@ -130,9 +130,8 @@ def test_any_push_is_refused_whole_or_stored_exactly_once(two_paths):
 
         check()
         assert b.post("/api/v1/system/maintenance", json={"enabled": False}).status_code == 200
-        deadline = time.monotonic() + 60
-        while b.get("/health").json()["spool"]["pendingCount"] and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: b.get("/health").json()["spool"]["pendingCount"] == 0, 60,
+                   "the spool drained")
         spool = b.get("/health").json()["spool"]
         assert spool["pendingCount"] == 0 and spool["quarantinedEvents"] == 0, spool
     assert acknowledged, "no generated push was accepted: the property checked nothing"

@@ -17,7 +17,7 @@ import httpx
 
 from tests.conftest import free_port, free_ports, start_broker
 from tests.ha.test_mesh_brokers import all_connected, mesh_env, start_cluster, transport
-from tests.waiting import wait_until
+from tests.waiting import wait_until, wait_until_async
 
 
 def test_a_received_wake_is_not_rebroadcast(broker_factory, queue_name):
@@ -73,12 +73,9 @@ async def test_parked_pops_hold_no_database_connection(broker_factory, database,
         pops = [asyncio.create_task(client.get(f"/api/v1/pop/queue/{queue_name}-{i}",
                                                params={"wait": "true", "timeout": "4000"}))
                 for i in range(30)]
-        for _ in range(100):
-            state = (await client.get("/health")).json()["shared_state"]
-            if state["parkedPops"] == 30:
-                break
-            await asyncio.sleep(0.05)
-        assert state["parkedPops"] == 30
+        async def all_parked() -> bool:
+            return (await client.get("/health")).json()["shared_state"]["parkedPops"] == 30
+        await wait_until_async(all_parked, 5, "30 pops parked", interval=0.05)
         await asyncio.sleep(0.3)  # any attempt still in flight finishes
         during = await broker_connections()
         for p in pops:

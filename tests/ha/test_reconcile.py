@@ -2,12 +2,11 @@
 on a single broker with no peers too (a lost or never-sent flip heals)."""
 from __future__ import annotations
 
-import time
-
 import asyncpg
 import httpx
 
 from tests.conftest import start_broker
+from tests.waiting import wait_until
 
 
 def _state(url: str) -> dict:
@@ -23,19 +22,16 @@ async def test_flag_written_in_sql_reaches_a_lone_broker_through_the_reconcile_l
         try:
             await conn.execute("UPDATE queen.system_state SET value = '{\"enabled\": true}' "
                                "WHERE key = 'pop_maintenance_mode'")
-            deadline = time.monotonic() + 15  # first cycle 5 s after start, then every 300 ms
-            while time.monotonic() < deadline and not _state(b.url)["pop_maintenance_mode"]:
-                time.sleep(0.1)
-            assert _state(b.url)["pop_maintenance_mode"] is True
+            # the reconciler's first cycle runs 5 s after the start, then every 300 ms
+            wait_until(lambda: _state(b.url)["pop_maintenance_mode"] is True, 15,
+                       "the flag set in PostgreSQL reaches the broker")
             paused = httpx.get(f"{b.url}/api/v1/pop/queue/{queue_name}").json()
             assert paused == {"messages": [], "paused": True}
 
             await conn.execute("UPDATE queen.system_state SET value = '{\"enabled\": false}' "
                                "WHERE key = 'pop_maintenance_mode'")
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline and _state(b.url)["pop_maintenance_mode"]:
-                time.sleep(0.1)
-            assert _state(b.url)["pop_maintenance_mode"] is False
+            wait_until(lambda: _state(b.url)["pop_maintenance_mode"] is False, 5,
+                       "the flag cleared in PostgreSQL reaches the broker")
         finally:
             await conn.close()
     finally:

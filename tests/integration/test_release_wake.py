@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.conftest import start_broker
+from tests.waiting import wait_until
 
 RECHECK_MS = "20000"
 WAKE_BOUND_S = 5.0  # far below the re-check interval, far above a loaded machine's wake
@@ -29,10 +30,8 @@ def slow_recheck_broker(database, tmp_path_factory):
 
 
 def wait_parked(http: httpx.Client, n: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while http.get("/metrics").json()["longPollsInFlight"] < n:
-        assert time.monotonic() < deadline, "the pop never parked"
-        time.sleep(0.02)
+    wait_until(lambda: http.get("/metrics").json()["longPollsInFlight"] >= n, timeout,
+               f"{n} pop(s) parked", interval=0.02)
 
 
 @pytest.mark.parametrize("ack_status", ["completed", "failed"])
