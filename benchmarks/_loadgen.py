@@ -1,5 +1,5 @@
-"""The load generators and small helpers the benchmarks share (run.py and the scale_*.py
-modules it registers): HTTP push and pop+ack phases and their raw-asyncpg baselines, one
+"""The load generators and small helpers the benchmarks share (the bench_*.py and scale_*.py
+modules run.py registers): HTTP push and pop+ack phases and their raw-asyncpg baselines, one
 benchmark's PostgreSQL + broker (``Env``), percentiles and table formatting.
 
 ``CLIENT`` picks the HTTP load generator (``raw``: _harness.RawHTTPClient, ``httpx``); run.py
@@ -418,6 +418,20 @@ def throughput_rows(results: list[dict]) -> list[list[Any]]:
 
 THROUGHPUT_HEADERS = ["messages", "broker msg/s", "raw msg/s", "broker/raw",
                       "broker CPU ms/1k msgs", "broker peak RSS MB"]
+
+
+def throughput_summary_rows(name: str, what: str, res: dict) -> list[list[str]]:
+    """run.py's summary rows of ``push`` or ``pop`` (``what``: push, pop+ack): the load
+    generator's ceiling, then broker against raw per batch size."""
+    c = res["client_ceiling_req_per_s"]
+    ceiling = [[f"{name}: load generator ceiling, GET /health",
+                f"{fmt_rate(c[res['client']])} req/s ({res['client']})",
+                f"httpx: {fmt_rate(c['httpx'])} req/s", ""]]
+    return ceiling + [[f"{name}: {what} batch {r['batch']}",
+                       f"{fmt_rate(r['broker_msgs_per_s'])} msg/s, "
+                       f"{fmt_ms(r['broker']['broker_cpu_ms_per_1000'])} ms CPU/1k",
+                       f"{fmt_rate(r['raw_msgs_per_s'])} msg/s", fmt_ratio(r["ratio"])]
+                      for r in res["results"]]
 
 
 def broker_summary(phases: list[Phase]) -> dict:

@@ -7,7 +7,7 @@ on PostgreSQL, one workload at a time.
 
 Starts an embedded PostgreSQL with ``shared_preload_libraries=pg_stat_statements``
 (``pg_stat_statements.track=all``, so statements inside ``queen.push_ordered`` and friends are
-listed too) and one broker, runs each workload with the load generators of ``run.py`` while
+listed too) and one broker, runs each workload with the load generators of ``_loadgen.py`` while
 ``py-spy record --nonblocking --format raw`` samples the broker, and prints per workload: the
 broker's CPU per 1,000 messages (from /proc), the hottest functions by own time and by time
 including callees, and the statements PostgreSQL spent the most time in. Raw stacks (collapsed,
@@ -34,8 +34,10 @@ sys.path.insert(0, str(HERE.parent))
 
 import asyncpg  # noqa: E402
 
-import run  # noqa: E402
-from _harness import Broker, start_database  # noqa: E402
+import _loadgen as loadgen  # noqa: E402
+import bench_herd  # noqa: E402
+from _harness import Broker, proc_figures, start_database  # noqa: E402
+from _loadgen import Rows, http_pop_ack, http_push  # noqa: E402
 
 WORKLOADS = ("push1", "push100", "popack", "herd")
 
@@ -91,13 +93,13 @@ PGSS = """SELECT calls, round(total_exec_time::numeric, 1) AS total_ms,
 
 async def workload(name: str, url: str, args: argparse.Namespace) -> int:
     """Run one workload against the broker; returns the messages it moved."""
-    rows = run.Rows
+    rows = Rows
     if name == "push1":
-        p = await run.http_push(url, f"prof-{uuid.uuid4().hex[:6]}", rows(args.n1, 16), 1, 16,
+        p = await http_push(url, f"prof-{uuid.uuid4().hex[:6]}", rows(args.n1, 16), 1, 16,
                                 60, name)
         return p.done
     if name == "push100":
-        p = await run.http_push(url, f"prof-{uuid.uuid4().hex[:6]}", rows(args.n100, 16), 100,
+        p = await http_push(url, f"prof-{uuid.uuid4().hex[:6]}", rows(args.n100, 16), 100,
                                 16, 60, name)
         return p.done
     if name == "popack":
@@ -128,12 +130,12 @@ async def profile(args: argparse.Namespace) -> int:
         broker = Broker(db)
         summary: dict = {}
         try:
-            run.loadgen.set_client("raw")
-            await run.http_push(broker.url, "prof-warmup", run.Rows(500, 16), 1, 16, 30, "warm")
+            loadgen.set_client("raw")
+            await http_push(broker.url, "prof-warmup", Rows(500, 16), 1, 16, 30, "warm")
             for name in args.names:
                 queue = f"prof-pop-{uuid.uuid4().hex[:6]}"
                 if name == "popack":  # pre-filled off the profile
-                    await run.http_push(broker.url, queue, run.Rows(args.npop, 16), 100, 16,
+                    await http_push(broker.url, queue, Rows(args.npop, 16), 100, 16,
                                         120, "prefill")
                 await conn.execute("SELECT pg_stat_statements_reset()")
                 raw = out / f"{name}.txt"
@@ -142,11 +144,11 @@ async def profile(args: argparse.Namespace) -> int:
                     str(args.rate), "-o", str(raw), "--pid", str(broker.proc.pid),
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 await asyncio.sleep(1.0)  # py-spy attaches
-                before = run.proc_figures(broker.proc.pid)
+                before = proc_figures(broker.proc.pid)
                 t = time.perf_counter()
                 load = os.getloadavg()
                 if name == "popack":
-                    p = await run.http_pop_ack(broker.url, queue, args.npop, 100, 16, 60, name)
+                    p = await http_pop_ack(broker.url, queue, args.npop, 100, 16, 60, name)
                     moved = p.done
                 elif name == "herd":
                     hargs = argparse.Namespace(herd_parked=args.herd_parked, herd_pushes=100,
@@ -157,7 +159,7 @@ async def profile(args: argparse.Namespace) -> int:
                 else:
                     moved = await workload(name, broker.url, args)
                 elapsed = time.perf_counter() - t
-                after = run.proc_figures(broker.proc.pid)
+                after = proc_figures(broker.proc.pid)
                 spy.send_signal(2)  # SIGINT: py-spy writes its output and exits
                 try:
                     await asyncio.wait_for(spy.wait(), 30)
@@ -189,7 +191,7 @@ async def profile(args: argparse.Namespace) -> int:
 
 
 async def herd_on(broker: Broker, hargs: argparse.Namespace) -> int:
-    """run.bench_herd's measured part against an already running broker."""
+    """bench_herd.run's measured part against an already running broker."""
     class _Env:
         def __init__(self) -> None:
             self.broker = broker
@@ -199,12 +201,12 @@ async def herd_on(broker: Broker, hargs: argparse.Namespace) -> int:
 
         def __exit__(self, *exc):
             return False
-    saved = run.Env
-    run.Env = lambda: _Env()  # type: ignore[assignment]
+    saved = bench_herd.Env
+    bench_herd.Env = lambda: _Env()  # type: ignore[assignment]
     try:
-        res = await run.bench_herd(hargs, [])
+        res = await bench_herd.run(hargs, [])
     finally:
-        run.Env = saved
+        bench_herd.Env = saved
     return res["pushes"]
 
 
