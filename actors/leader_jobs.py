@@ -6,8 +6,10 @@ max(0, interval - elapsed)):
 * :class:`RetentionJob` (``RETENTION_INTERVAL``): gated by the **session**
   advisory lock 737001, taken with ``pg_try_advisory_lock`` on one dedicated
   pooled connection; every step is an autocommitting statement on that
-  connection; the lock is released on every exit path, and a connection whose
-  unlock failed is terminated, never handed back to the pool.
+  connection; the lock is released on that connection before it goes back to
+  the pool, on every exit path, and a connection whose unlock failed is
+  terminated, never handed back to the pool (broker/store/jobs.py
+  ``retention_lock``).
 * :class:`StatsJob` (``STATS_INTERVAL_MS``): gated by the **transaction**
   advisory lock 737002; one transaction per cycle, the COMMIT releases it.
   Refreshes ``queen.stats`` incrementally (what is recounted, and why that is
@@ -27,7 +29,9 @@ cycle short with the lock held. If the actor task itself is cancelled mid-cycle
 connection. A failing cycle logs a warning (identical failures at most once per
 ``WARN_EVERY_S``) and the loop goes on; nothing here ever kills the actor.
 
-All SQL lives in broker/store/jobs_sql.py. This module never imports Sanic.
+The connections, the locks and every statement are the store's
+(broker/store/jobs.py, SQL in jobs_sql.py): this module decides what runs and
+when, and counts. It never imports Sanic.
 """
 from __future__ import annotations
 
@@ -47,13 +51,13 @@ from pykka import ActorDeadError
 from actors.metric_minutes import Minute, MinuteBook, leaf_tree
 from actors.runtime import AsyncioActor
 from broker.core.telemetry import QUEUE_COUNTERS
-from broker.store import jobs_sql as sql
+from broker.store import jobs
 
 WARN_EVERY_S = 30.0
 """A failure identical to the previous one is logged as a warning at most this often."""
 
-UNLOCK_TIMEOUT_S = 5.0
-"""Longest wait for ``pg_advisory_unlock``; past it the connection is terminated."""
+UNLOCK_TIMEOUT_S = jobs.UNLOCK_TIMEOUT_S
+"""Longest wait for the retention lock's unlock; past it the connection is terminated."""
 
 STATS_FULL_RECOUNT_EVERY = 360
 """A stats replica recounts every partition once per this many of its cycles (a
@@ -64,10 +68,6 @@ LAG_SAMPLE_S = 0.25
 
 STOP_FLUSH_TIMEOUT_S = 2.0
 """Longest wait for the collector's last flush when it stops."""
-
-
-class _LockBusy(Exception):
-    """The stats lock is held by another session: roll back and skip."""
 
 
 class PeriodicJob(AsyncioActor):
@@ -183,15 +183,6 @@ class PeriodicJob(AsyncioActor):
 # Retention (lock 737001)
 # ---------------------------------------------------------------------------
 
-_FREE, _HELD, _UNKNOWN = "free", "held", "unknown"
-
-_MESSAGE_STEPS = (
-    ("retention", sql.RETENTION_DELETE_EXPIRED),
-    ("completed_retention", sql.RETENTION_DELETE_COMPLETED),
-    ("max_wait_time_eviction", sql.RETENTION_EVICT_MAX_WAIT),
-)
-
-
 class RetentionJob(PeriodicJob):
     """The retention and eviction sweep (docs/behaviour.md §7.1)."""
 
@@ -209,101 +200,49 @@ class RetentionJob(PeriodicJob):
         self.deleted: Counter = Counter()        # by retention type, since start
         self.partitions_dropped = 0
         self.purged: Counter = Counter()         # by table, since start
-        self.unlock_not_held = 0                 # unlock answered false
-        self.connections_discarded = 0           # unlock failed: connection terminated
+        self.lock_ends = jobs.SessionLockCounters()
+
+    @property
+    def unlock_not_held(self) -> int:
+        """Unlocks that answered false (the lock was not held by the session)."""
+        return self.lock_ends.unlock_not_held
+
+    @property
+    def connections_discarded(self) -> int:
+        """Unlocks that failed: the connection was terminated, not given back."""
+        return self.lock_ends.connections_discarded
+
+    @property
+    def sessions_lost(self) -> int:
+        """Cycles whose connection closed under them (the lock went with the session)."""
+        return self.lock_ends.sessions_lost
 
     async def _cycle(self, **_options: Any) -> dict:
-        pool = self._store.pool
-        conn = await pool.acquire(timeout=self._acquire_timeout)
-        state = _UNKNOWN
-        try:
-            got = await conn.fetchval(sql.TRY_SESSION_LOCK, sql.RETENTION_LOCK_ID)
-            state = _HELD if got else _FREE
-            if not got:
+        async with jobs.retention_lock(self._store, batch=self._batch,
+                                       acquire_timeout_s=self._acquire_timeout,
+                                       counters=self.lock_ends,
+                                       unlock_timeout_s=UNLOCK_TIMEOUT_S) as session:
+            if session is None:
                 return {"skipped": True}
-            return await self._sweep(conn)
-        finally:
-            await self._give_back(conn, state)
+            return await self._sweep(session)
 
-    async def _sweep(self, conn: Any) -> dict:
+    async def _sweep(self, session: jobs.RetentionSession) -> dict:
         deleted: dict[str, int] = {}
-        for kind, statement in _MESSAGE_STEPS:
-            per_partition: Counter = Counter()
-            while True:
-                rows = await conn.fetch(statement, self._batch)
-                n = 0
-                for r in rows:
-                    per_partition[r["partition_id"]] += r["deleted"]
-                    n += r["deleted"]
-                if n < self._batch:
-                    break
-            if per_partition:
-                ids = list(per_partition)
-                await conn.execute(sql.RETENTION_HISTORY_INSERT, ids,
-                                   [per_partition[i] for i in ids], kind)
+        for kind in jobs.RETENTION_KINDS:
+            per_partition = await session.delete_messages(kind)
+            await session.record_history(kind, per_partition)
             deleted[kind] = sum(per_partition.values())
             self.deleted[kind] += deleted[kind]
-        dropped = await conn.fetchval(sql.RETENTION_DELETE_INACTIVE_PARTITIONS,
-                                      self._cleanup_days, sql.INACTIVE_PARTITIONS_PER_CYCLE)
+        dropped = await session.delete_inactive_partitions(self._cleanup_days)
         self.partitions_dropped += dropped
         purged: dict[str, int] = {}
-        for table, statement in sql.METRICS_PURGES:
-            purged[table] = await self._purge(conn, statement, self._metrics_days)
+        for table in jobs.METRICS_TABLES:
+            purged[table] = await session.purge_metrics(table, self._metrics_days)
             self.purged[table] += purged[table]
-        kv_purged = await self._purge(conn, sql.KV_PURGE_DEAD)
+        kv_purged = await session.purge_dead_kv()
         self.purged["kv"] += kv_purged
         return {"skipped": False, "deleted": deleted, "partitionsDropped": dropped,
                 "purged": purged, "kvPurged": kv_purged}
-
-    async def _purge(self, conn: Any, statement: str, *args: Any) -> int:
-        """Run a DELETE of at most ``batch`` rows (its last argument) until it deletes fewer."""
-        total = 0
-        while True:
-            status = await conn.execute(statement, *args, self._batch)
-            n = int(status.split()[-1])
-            total += n
-            if n < self._batch:
-                return total
-
-    async def _give_back(self, conn: Any, state: str) -> None:
-        """Unlock (when held) and return the connection; a connection that may
-        still hold the lock is terminated instead (session end releases it)."""
-        if state == _HELD:
-            try:
-                released = await asyncio.wait_for(
-                    conn.fetchval(sql.SESSION_UNLOCK, sql.RETENTION_LOCK_ID), UNLOCK_TIMEOUT_S)
-            except BaseException as exc:  # cancellation included
-                self.connections_discarded += 1
-                logger.warning("retention: pg_advisory_unlock({}) failed ({}: {}); "
-                               "terminating the connection", sql.RETENTION_LOCK_ID,
-                               type(exc).__name__, exc)
-                await self._discard(conn)
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                return
-            if not released:
-                self.unlock_not_held += 1
-                logger.warning("retention: pg_advisory_unlock({}) reported the lock was not "
-                               "held by this session", sql.RETENTION_LOCK_ID)
-        elif state == _UNKNOWN:
-            # pg_try_advisory_lock did not answer: it may have been granted
-            await self._discard(conn)
-            return
-        try:
-            await self._store.pool.release(conn)
-        except Exception as exc:
-            logger.warning("retention: could not return the connection ({}); terminating it", exc)
-            await self._discard(conn)
-
-    @staticmethod
-    async def _discard(conn: Any) -> None:
-        """Close the session (PostgreSQL releases its session locks with it).
-        asyncpg hands the pool slot back by itself; the connection is never
-        released to the pool."""
-        try:
-            conn.terminate()
-        except Exception:
-            pass  # already gone
 
     def _describe(self, result: dict) -> str:
         d = result["deleted"]
@@ -312,10 +251,11 @@ class RetentionJob(PeriodicJob):
                 f"{result['partitionsDropped']}, metrics purged={sum(result['purged'].values())}")
 
     def stats(self) -> dict:
-        return {**super().stats(), "lockId": sql.RETENTION_LOCK_ID,
+        return {**super().stats(), "lockId": jobs.RETENTION_LOCK_ID,
                 "deleted": dict(self.deleted), "partitionsDropped": self.partitions_dropped,
                 "purged": dict(self.purged), "unlockNotHeld": self.unlock_not_held,
-                "connectionsDiscarded": self.connections_discarded}
+                "connectionsDiscarded": self.connections_discarded,
+                "sessionsLost": self.sessions_lost}
 
 
 # ---------------------------------------------------------------------------
@@ -339,35 +279,22 @@ class StatsJob(PeriodicJob):
 
     async def _cycle(self, full: bool = False, periodic: bool = False, **_options: Any) -> dict:
         full = bool(full) or self._since_full + 1 >= self._full_every
-        try:
-            async with self._store.connection() as conn:
-                async with conn.transaction():
-                    if not await conn.fetchval(sql.TRY_XACT_LOCK, sql.STATS_LOCK_ID):
-                        raise _LockBusy
-                    # The lock only keeps two cycles from overlapping; a replica whose
-                    # timer fires right after another replica's cycle would redo the
-                    # same work. A periodic cycle skips when the stats are that fresh.
-                    if periodic and not full and await conn.fetchval(
-                            sql.STATS_FRESH, self._interval / 2):
-                        return {"skipped": True, "fresh": True}
-                    parts = await conn.fetchrow(sql.STATS_REFRESH_PARTITIONS, full)
-                    await conn.execute(sql.STATS_REFRESH_PARTITION_LAG)
-                    orphans = await conn.execute(sql.STATS_DELETE_ORPHAN_PARTITIONS)
-                    queues = await conn.fetchrow(sql.STATS_ROLLUP_QUEUES)
-                    namespaces = await conn.fetchrow(sql.STATS_ROLLUP_NAMESPACES)
-                    tasks = await conn.fetchrow(sql.STATS_ROLLUP_TASKS)
-                    await conn.fetchval(sql.STATS_ROLLUP_SYSTEM)
-                    await conn.execute(sql.PARTITION_COUNT_SNAPSHOT)
-        except _LockBusy:
+        # The lock only keeps two cycles from overlapping; a replica whose timer fires
+        # right after another replica's cycle would redo the same work. A periodic cycle
+        # skips when the stats are that fresh.
+        cycle = await jobs.refresh_stats(
+            self._store, full=full,
+            fresh_within_s=self._interval / 2 if periodic and not full else None)
+        if cycle.outcome == "busy":
             return {"skipped": True}
+        if cycle.outcome == "fresh":
+            return {"skipped": True, "fresh": True}
         self._since_full = 0 if full else self._since_full + 1
         self.full_cycles += int(full)
-        self.partitions_recounted += parts["recounted"]
-        return {"skipped": False, "full": full, "recounted": parts["recounted"],
-                "dirtyMarks": parts["dirty_marks"],
-                "orphansRemoved": int(orphans.split()[-1]) + queues["removed"]
-                + namespaces["removed"] + tasks["removed"],
-                "rowsWritten": queues["written"] + namespaces["written"] + tasks["written"]}
+        self.partitions_recounted += cycle.recounted
+        return {"skipped": False, "full": full, "recounted": cycle.recounted,
+                "dirtyMarks": cycle.dirty_marks, "orphansRemoved": cycle.orphans_removed,
+                "rowsWritten": cycle.rows_written}
 
     def _describe(self, result: dict) -> str:
         return (f"{'full' if result['full'] else 'incremental'} refresh, "
@@ -375,7 +302,7 @@ class StatsJob(PeriodicJob):
                 f"{result['orphansRemoved']} orphan row(s) removed")
 
     def stats(self) -> dict:
-        return {**super().stats(), "lockId": sql.STATS_LOCK_ID,
+        return {**super().stats(), "lockId": jobs.STATS_LOCK_ID,
                 "partitionsRecounted": self.partitions_recounted,
                 "fullCycles": self.full_cycles}
 
@@ -577,24 +504,20 @@ class MetricsCollector(PeriodicJob):
             else None, "db_pool_max": g.get("db_pool_max"),
             "event_loop_lag_ms": round(self._lag_last_ms, 3),
             "event_loop_lag_max_ms": round(self._lag_max_ms, 3), "mesh": g.get("mesh")}
-        async with self._store.connection() as conn:
-            async with conn.transaction():  # all rows or none: deltas never double-count
-                for at, minute in sorted(self._book.minutes.items()):
-                    is_now = at == bucket
-                    metrics = {**leaf_tree(minute, self._shared_state(g)), **static,
-                               **(instant if is_now else {})}
-                    await conn.execute(sql.UPSERT_SYSTEM_METRICS, at, self._hostname,
-                                       self._port, self._worker_id, minute.samples, metrics)
-                    await conn.execute(sql.UPSERT_WORKER_METRICS, at, self._hostname,
-                                       self._worker_id, self._pid, counters if is_now else {},
-                                       self._minute_gauges(minute))
-                    columns = self._queue_rows(minute, queue_deltas if is_now else {},
-                                               lag_max if is_now else {})
-                    if columns[0]:
-                        await conn.execute(sql.UPSERT_QUEUE_METRICS, at, self._hostname,
-                                           self._worker_id, self._pid, *columns)
-                if counters:
-                    await conn.execute(sql.UPSERT_METRICS_SUMMARY, counters)
+        minutes = []
+        for at, minute in sorted(self._book.minutes.items()):
+            is_now = at == bucket
+            minutes.append(jobs.MinuteRows(
+                at=at, samples=minute.samples,
+                system={**leaf_tree(minute, self._shared_state(g)), **static,
+                        **(instant if is_now else {})},
+                counters=counters if is_now else {}, gauges=self._minute_gauges(minute),
+                queue_columns=self._queue_rows(minute, queue_deltas if is_now else {},
+                                               lag_max if is_now else {})))
+        # All rows or none (one transaction): deltas never double-count.
+        await jobs.write_metrics(self._store, hostname=self._hostname, port=self._port,
+                                 worker_id=self._worker_id, pid=self._pid, minutes=minutes,
+                                 summary=counters)
         # Only now: a failed flush carries its deltas over to the next one.
         self._book.written(now)
         self._flushed, self._flushed_queues = current, queues_now
@@ -630,6 +553,6 @@ async def start_jobs(*, store: Any, settings: Any, telemetry: Any,
         store, interval_ms=settings.metrics_flush_ms, telemetry=telemetry, gauges=gauges,
         port=settings.port, worker_id=settings.worker_id, server_id=settings.queen_server_id)
     logger.info("jobs: retention every {} ms (lock {}), stats every {} ms (lock {}), "
-                "metrics every {} ms", settings.retention_interval, sql.RETENTION_LOCK_ID,
-                settings.stats_interval_ms, sql.STATS_LOCK_ID, settings.metrics_flush_ms)
+                "metrics every {} ms", settings.retention_interval, jobs.RETENTION_LOCK_ID,
+                settings.stats_interval_ms, jobs.STATS_LOCK_ID, settings.metrics_flush_ms)
     return {"retention": retention.proxy(), "stats": stats.proxy(), "metrics": metrics.proxy()}

@@ -28,9 +28,19 @@ from __future__ import annotations
 import asyncio
 import inspect
 import sys
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    cast,
+    overload,
+)
 
 import pykka
 from loguru import logger
@@ -41,9 +51,20 @@ if TYPE_CHECKING:
     from pykka._envelope import Envelope
     from pykka._types import OptExcInfo
 
-__all__ = ["AsyncioActor", "AsyncioFuture", "ResultNotReadyError", "stop_all"]
+__all__ = [
+    "AsyncioActor",
+    "AsyncioFuture",
+    "ProxyMethod",
+    "ResultNotReadyError",
+    "proxied",
+    "stop_all",
+    "typed_proxy",
+]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R_co = TypeVar("R_co", covariant=True)
+V = TypeVar("V")
 
 # The loop of the most recently started actor. Futures created outside any
 # running loop (an `ask` from a worker thread) are bound to it, because that is
@@ -149,14 +170,14 @@ class AsyncioFuture(pykka.Future[T]):
         await asyncio.wait([self._future])
         return self._future.result()
 
-    def __await__(self) -> Generator[Any, None, Any]:
+    def __await__(self) -> Generator[Any, None, T]:
         if self._get_hook is None:
             return (yield from self._future.__await__())
         # A derived future: its get hook calls get() on the futures it derives
         # from. Await whichever one is still pending, then run the hook again.
         while True:
             try:
-                return self.get()
+                return cast("T", self.get())
             except ResultNotReadyError as not_ready:
                 try:
                     yield from not_ready.future.__await__()
@@ -312,6 +333,53 @@ class AsyncioActor(pykka.Actor):
             await _maybe_await(self.on_stop())
         except Exception:
             self._handle_failure(*sys.exc_info())
+
+
+# -- typed proxies ----------------------------------------------------------------------
+#
+# pykka's ActorProxy answers every attribute with Any, so nothing called through a proxy is
+# type-checked. A *proxy view* is a plain class that lists an actor's methods as its proxy
+# shows them, each built with `proxied(Actor.method)`: the same parameters, and the result
+# wrapped in the AsyncioFuture the proxy hands back (a coroutine method's future resolves
+# to what the coroutine returns, since the actor task awaits it). `typed_proxy` gives a
+# proxy that view's type. Both are for the type checker only: `proxied` returns the method
+# itself and `typed_proxy` the proxy itself.
+#
+#     class SpoolProxy:
+#         stats = proxied(Spool.stats)          # async def stats(self) -> dict[str, Any]
+#
+#     spool = typed_proxy(SpoolProxy, Spool.start(...).proxy())
+#     figures = await spool.stats()             # dict[str, Any]
+#
+# A view is not an ActorProxy subclass on purpose: ActorProxy.__getattr__ would make any
+# name, missing or misspelt, type-check as Any.
+
+
+class ProxyMethod(Protocol, Generic[P, R_co]):
+    """An actor method as a proxy view shows it: read from an instance, a callable with
+    the method's parameters (``self`` aside) returning ``R_co``."""
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Callable[P, R_co]: ...
+
+
+@overload
+def proxied(
+    method: Callable[Concatenate[Any, P], Coroutine[Any, Any, T]],
+) -> ProxyMethod[P, AsyncioFuture[T]]: ...
+@overload
+def proxied(method: Callable[Concatenate[Any, P], T]) -> ProxyMethod[P, AsyncioFuture[T]]: ...
+def proxied(method: Callable[..., Any]) -> Any:
+    """Type ``method`` (an actor's, taken from its class) as a proxy view's member."""
+    return method
+
+
+def typed_proxy(view: type[V], proxy: pykka.ActorProxy[Any]) -> V:
+    """``proxy``, typed as the proxy view ``view`` (see above); the proxy itself at run time.
+
+    The caller vouches that ``view`` is a view of the proxied actor's class (like pykka's own
+    ``cast(CircleProxy, ref.proxy())`` idiom); the view's members are checked against the
+    actor's methods where the view is defined."""
+    return cast("V", proxy)
 
 
 async def stop_all() -> list[bool]:

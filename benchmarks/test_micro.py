@@ -19,7 +19,8 @@ from actors.mesh import frames
 from actors.runtime import AsyncioActor
 from actors.spool import encode_records
 from broker.core.crypto import PayloadCipher
-from broker.http.wire.messages import parse_pop, parse_push
+from broker.http.wire.pop import parse_pop
+from broker.http.wire.push import parse_push
 
 ITEMS_100 = {"items": [{"queue": "orders", "partition": f"p{i % 16}",
                         "payload": {"order": i, "lines": [1, 2, 3], "note": "x" * 40},
@@ -119,7 +120,7 @@ def _popped_rows(n: int) -> list[dict]:
 def test_shape_pop_response_of_100_messages(benchmark):
     """What a pop of 100 messages costs after the SQL: one dict per message, then JSON."""
     from broker.http.responses import json
-    from broker.http.wire.messages import pop_message
+    from broker.http.wire.pop import pop_message
     rows = _popped_rows(100)
     lease = str(uuid.uuid4())
 

@@ -23,7 +23,7 @@ from urllib.parse import quote
 import asyncpg
 from loguru import logger
 
-from actors.spool_lock import SpoolDirectoryBusy, SpoolDirectoryLock
+from actors.spool.lock import SpoolDirectoryBusy, SpoolDirectoryLock
 from broker import __version__
 from broker.core.config import VARIABLES, ConfigError, Settings, load_settings, suspicious_variables
 from broker.core.logs import Throttle, add_sink, dropped_note
@@ -164,7 +164,8 @@ def bind_http(settings: Settings) -> socket.socket:
         return socket.create_server((settings.host, settings.port), family=family, backlog=100)
     except OSError as exc:
         # create_server's strerror repeats the address; the errno's own words are enough.
-        reason = os.strerror(exc.errno) if (exc.errno or 0) > 0 else (exc.strerror or exc)
+        code = exc.errno
+        reason = os.strerror(code) if code is not None and code > 0 else (exc.strerror or exc)
         raise StartupError(f"cannot listen on {settings.host}:{settings.port} ({reason}); "
                            f"set PORT (or HOST) to a free address") from None
 
@@ -208,18 +209,12 @@ def start_embedded(settings: Settings):
     return embedded
 
 
-def _is_tls_problem(exc: BaseException) -> bool:
-    """The server's certificate failed verification, or there is no CA file to verify it."""
-    import ssl
-    return isinstance(exc, (ssl.SSLCertVerificationError,
-                            asyncpg.exceptions.ClientConfigurationError))
-
-
 def _is_retryable(exc: BaseException) -> bool:
     """Errors that can heal by waiting (down, starting, full); not a wrong password, not a
     TLS verification problem."""
+    from broker.store.boot import is_tls_problem
     from broker.store.db import UNAVAILABLE_ERRORS
-    return not _is_tls_problem(exc) and isinstance(exc, UNAVAILABLE_ERRORS)
+    return not is_tls_problem(exc) and isinstance(exc, UNAVAILABLE_ERRORS)
 
 
 async def wait_for_database(dsn: str, address: str, variables: str, *, wait_ms: int,
@@ -227,17 +222,17 @@ async def wait_for_database(dsn: str, address: str, variables: str, *, wait_ms: 
     """Connect once (retrying for up to ``wait_ms``) and bring the schema up to date, so that
     an unreachable database, or one whose schema is newer than this broker, is one line here
     rather than a traceback from the server's start-up hook."""
+    from broker.store.boot import connect_for_schema, is_tls_problem
     deadline = time.monotonic() + wait_ms / 1000
     last_log = None
     while True:
         try:
-            conn = await asyncpg.connect(dsn, timeout=connect_timeout_ms / 1000,
-                                         **({"ssl": tls} if tls is not None else {}))
+            conn = await connect_for_schema(dsn, timeout_s=connect_timeout_ms / 1000, tls=tls)
         except Exception as exc:  # every failure becomes one line
             reason = " ".join(f"{exc.__class__.__name__}: {exc}".split())  # one line
             if not _is_retryable(exc):
                 check = variables
-                if _is_tls_problem(exc):
+                if is_tls_problem(exc):
                     check = ("PGSSLROOTCERT (the CA that signed the server's certificate) and "
                              "PG_SSL_REJECT_UNAUTHORIZED, and that PG_HOST names the host the "
                              "certificate is for")

@@ -146,7 +146,7 @@ def api(ctx: click.Context, method: str, path: str, data: str | None) -> None:
         data = sys.stdin.read()
     body = json_value(data, "--data") if data else None
     path, _, query = path.partition("?")
-    params = dict(p.split("=", 1) if "=" in p else (p, "") for p in query.split("&") if p)
+    params = {key: value for key, _, value in (p.partition("=") for p in query.split("&") if p)}
     answer = call(ctx, method.upper(), "/" + path.lstrip("/"), params=params, body=body)
     click.echo(json.dumps(answer, indent=2, ensure_ascii=False) if not isinstance(answer, str)
                else answer)

@@ -1,20 +1,92 @@
-"""Process-wide counters the metrics collector and /metrics read.
+"""Process-wide counters, meters and histograms the metrics collector and /metrics read.
 
 Plain integers on purpose: one event loop writes them, readers take a
-snapshot. Routes bump them; nothing here does I/O.
+snapshot. Routes bump them; nothing here does I/O. The state the metrics
+routes show and cannot keep themselves lives here too (they only read and
+render): the request and streams-cycle latency histograms (prometheus-client,
+registered in no registry: /metrics/prometheus adds them to the one it renders),
+the per-second rate meters of /metrics, and the process's own figures (CPU
+percent is measured between two readings).
 """
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+import psutil
+from prometheus_client import Histogram
 
 QUEUE_COUNTERS = ("push_requests", "push_messages", "pop_requests", "pop_messages", "pop_empty",
                   "ack_requests", "ack_success", "ack_failed", "transactions", "lag_count",
                   "lag_sum_ms")
 """Per-queue counters the collector writes to queen.queue_metrics (column names)."""
+
+PROCESSED_KEYS = ("acked_completed", "acked_success", "dlq")
+"""``messages`` counters that count a message as processed (completed or dead-lettered)."""
+
+
+def request_duration_histogram() -> Histogram:
+    """HTTP request latency by route (``queen_http_request_duration_seconds``)."""
+    return Histogram(
+        "queen_http_request_duration_seconds", "HTTP request latency by route",
+        ["route"], registry=None,
+        buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+
+
+def cycle_duration_histogram() -> Histogram:
+    """Committed streams cycles' statement time (``queen_stream_cycle_duration_seconds``)."""
+    return Histogram(
+        "queen_stream_cycle_duration_seconds",
+        "Committed streams cycles on this broker: time of the one cycle statement, pool wait "
+        "included", registry=None,
+        buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+
+
+class RateMeter:
+    """Per-second rate of a growing counter over about the last ``window`` seconds,
+    from samples taken whenever it is read (lifetime average until a sample is
+    at least a second old)."""
+
+    def __init__(self, window: float = 60.0):
+        self.window = window
+        self.samples: deque[tuple[float, float]] = deque()
+
+    def rate(self, value: float, started_at: float) -> float:
+        """The rate now of a counter at ``value`` that started counting at ``started_at``
+        (wall-clock seconds: the lifetime average's start)."""
+        now = time.monotonic()
+        if not self.samples or now - self.samples[-1][0] >= 1.0:
+            self.samples.append((now, value))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= self.window:
+            self.samples.popleft()
+        t0, v0 = self.samples[0]
+        if now - t0 < 1.0:
+            uptime = max(time.time() - started_at, 1e-3)
+            return round(value / uptime, 3)
+        return round((value - v0) / (now - t0), 3)
+
+
+class ProcessMeter:
+    """This process's CPU, memory and threads (psutil). ``cpu_percent`` is the use since
+    the previous reading, so one meter per process keeps the previous reading."""
+
+    def __init__(self) -> None:
+        self._process = psutil.Process(os.getpid())
+
+    def figures(self) -> dict[str, float]:
+        """{} when psutil cannot read the process."""
+        try:
+            cpu = self._process.cpu_times()
+            mem = self._process.memory_info()
+            return {"cpu_user": cpu.user, "cpu_system": cpu.system, "rss": mem.rss,
+                    "vms": mem.vms, "threads": self._process.num_threads(),
+                    "cpu_percent": self._process.cpu_percent(None)}
+        except psutil.Error:  # pragma: no cover - the process reads itself
+            return {}
 
 
 @dataclass
@@ -49,21 +121,23 @@ class Telemetry:
     ops: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     # requests waiting for a pooled database connection right now
     db_waiting: int = 0
+    # latency histograms (rendered by /metrics/prometheus)
+    request_duration: Histogram = field(default_factory=request_duration_histogram)
+    cycle_duration: Histogram = field(default_factory=cycle_duration_histogram)
+    # /metrics' rates: requests, messages pushed, messages processed (per second)
+    requests_rate: RateMeter = field(default_factory=RateMeter)
+    pushed_rate: RateMeter = field(default_factory=RateMeter)
+    processed_rate: RateMeter = field(default_factory=RateMeter)
+    process: ProcessMeter = field(default_factory=ProcessMeter)
 
     def observe(self, route: str, seconds: float) -> None:
         self.request_seconds_total += seconds
-        for hook in self.latency_hooks:
-            hook(route, seconds)
-
-    latency_hooks: list = field(default_factory=list)
+        self.request_duration.labels(route).observe(seconds)
 
     def stream_cycle_committed(self, seconds: float) -> None:
         """A committed cycle and how long its statement took (pool wait included)."""
         self.stream_cycles["committed"] += 1
-        for hook in self.cycle_hooks:
-            hook(seconds)
-
-    cycle_hooks: list = field(default_factory=list)
+        self.cycle_duration.observe(seconds)
 
     def count(self, queue: str | None, name: str, n: float = 1) -> None:
         """Bump the per-queue counter ``name`` (and the worker-wide one)."""
@@ -82,6 +156,21 @@ class Telemetry:
         self.count(queue, "lag_sum_ms", sum(lags))
         if lags:
             self.lag_max_ms[queue] = max(self.lag_max_ms.get(queue, 0.0), max(lags))
+
+    def pushed_total(self) -> int:
+        """Messages this broker accepted (written or spooled)."""
+        return self.messages.get("queued", 0) + self.messages.get("buffered", 0)
+
+    def processed_total(self) -> int:
+        """Messages this broker saw acknowledged (completed or dead-lettered)."""
+        return sum(self.messages.get(k, 0) for k in PROCESSED_KEYS)
+
+    def rates(self, total_requests: float) -> dict[str, float]:
+        """Per-second rates now (each reading is a sample of its meter): ``requests``
+        (of ``total_requests``), ``pushed`` and ``processed`` messages."""
+        return {"requests": self.requests_rate.rate(total_requests, self.started_at),
+                "pushed": self.pushed_rate.rate(self.pushed_total(), self.started_at),
+                "processed": self.processed_rate.rate(self.processed_total(), self.started_at)}
 
     def throughput_totals(self) -> dict[str, int]:
         """Messages pushed (written or spooled), popped and acknowledged (any ack this

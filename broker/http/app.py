@@ -16,8 +16,18 @@ from actors.leader_jobs import start_jobs
 from actors.live_series import LiveSeries
 from actors.mesh import Mesh, MeshTLS
 from actors.pop_waiters import PopWaiterRegistry
+from actors.proxies import (
+    BatcherProxy,
+    HotListProxy,
+    JobProxy,
+    LiveSeriesProxy,
+    PopWaitersProxy,
+    SpoolProxy,
+    StagingMergerProxy,
+    TimerSweeperProxy,
+)
 from actors.reconciler import CacheReconciler, MaintenanceFlags, QueueConfigCache
-from actors.runtime import stop_all
+from actors.runtime import stop_all, typed_proxy
 from actors.spool import Spool
 from actors.staging_merger import StagingMerger
 from actors.timer_sweeper import TimerSweeper
@@ -47,6 +57,7 @@ from broker.http.routes import (
     system,
     timers,
 )
+from broker.http.types import BrokerApp
 from broker.service import drain as drain_service
 from broker.service import push as push_service
 from broker.service import timers as timers_service
@@ -117,12 +128,12 @@ def access_line(request: Request, response: HTTPResponse, started: float | None)
         "" if subject is None else f" sub={subject}")
 
 
-def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
+def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
     ctx = BrokerContext(
         settings=settings,
         cipher=PayloadCipher(settings.encryption_key) if settings.encryption_key else None,
         auth=Authenticator(settings), telemetry=telemetry)
-    app = Sanic(name, env_prefix=None, request_class=QueenRequest, ctx=ctx)
+    app: BrokerApp = Sanic(name, env_prefix=None, request_class=QueenRequest, ctx=ctx)
     throttle = Throttle(60.0)  # busy / conflict lines: at most one a minute per route
     app.config.REQUEST_MAX_SIZE = settings.max_body_bytes
     app.config.REQUEST_TIMEOUT = 60
@@ -140,7 +151,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         app.blueprint(blueprint)
 
     @app.before_server_start
-    async def start(app: Sanic) -> None:
+    async def start(app: BrokerApp) -> None:
         store = await Store.connect(
             dsn, pool_size=settings.db_pool_size,
             connect_timeout_ms=settings.db_connection_timeout,
@@ -154,9 +165,11 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         app.ctx.store = store
         app.ctx.migration = Migration(dsn)
         # Refs for long_poll, proxies (built once: pykka introspects on each
-        # proxy() call) for everything else.
+        # proxy() call) for everything else. Each proxy is typed with its actor's view
+        # (actors/proxies.py): storing it in a context field typed with a port
+        # (broker/service/ports.py) is where mypy checks the actor against the port.
         app.ctx.waiters = PopWaiterRegistry.start()
-        app.ctx.waiters_proxy = app.ctx.waiters.proxy()
+        app.ctx.waiters_proxy = typed_proxy(PopWaitersProxy, app.ctx.waiters.proxy())
         cache = QueueConfigCache(store.load_encryption_flags)
         flags = MaintenanceFlags()
         try:  # seed both flags from the database (unreachable: off)
@@ -170,16 +183,19 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             cache, flags, store.read_system_flags, settings.queen_cache_refresh_interval_ms)
         app.ctx.hotlist = None
         if settings.queen_hotlist:
-            app.ctx.hotlist = HotListActor.start(
+            app.ctx.hotlist = typed_proxy(HotListProxy, HotListActor.start(
                 reseed_ms=settings.queen_hotlist_reseed_ms,
-                track_dirty=settings.mesh_active).proxy()
+                track_dirty=settings.mesh_active).proxy())
         hints = Hints(waiters=app.ctx.waiters_proxy, cache=cache, flags=flags,
                       hotlist=app.ctx.hotlist)
         app.ctx.hints = hints
         app.ctx.mesh = None
         if settings.mesh_active:
-            tls = (MeshTLS(settings.queen_mesh_tls_cert, settings.queen_mesh_tls_key,
-                           settings.queen_mesh_tls_ca) if settings.mesh_tls else None)
+            # all three QUEEN_MESH_TLS_* or none (checked at load)
+            cert, key, ca = (settings.queen_mesh_tls_cert, settings.queen_mesh_tls_key,
+                             settings.queen_mesh_tls_ca)
+            tls = (MeshTLS(cert, key, ca)
+                   if cert is not None and key is not None and ca is not None else None)
             mesh = Mesh(server_id=settings.queen_server_id, port=settings.queen_mesh_port,
                         peers=settings.queen_mesh_peers, secret=settings.queen_sync_secret,
                         heartbeat_ms=settings.queen_sync_heartbeat_ms,
@@ -194,12 +210,12 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
         elif settings.queen_sync_enabled:
             logger.info("mesh sync enabled but no peers configured: local waker only")
         # The spool: recover what a previous run left before serving (docs/behaviour.md §5.5).
-        merger = StagingMerger.start(
+        merger = typed_proxy(StagingMergerProxy, StagingMerger.start(
             lambda limit: drain_service.merge_once(app.ctx, limit),
             lambda: drain_service.staged_count(app.ctx),
-            batch=settings.file_buffer_max_batch).proxy()
+            batch=settings.file_buffer_max_batch).proxy())
         app.ctx.merger = merger
-        spool = Spool.start(
+        spool = typed_proxy(SpoolProxy, Spool.start(
             settings.file_buffer_dir,
             upload=lambda name, events, indexes, oldest: drain_service.upload_spooled(
                 app.ctx, name, events, indexes, oldest),
@@ -210,42 +226,51 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
             flush_ms=settings.file_buffer_flush_ms,
             max_bytes=settings.file_buffer_max_bytes,
             is_transient=lambda exc: fails_every_request(exc) or isinstance(exc, StoreConflict),
-            start_paused=flags.push, owner=settings.queen_server_id).proxy()
+            start_paused=flags.push, owner=settings.queen_server_id).proxy())
         app.ctx.spool = spool
         # Rows of queen.spool_backlog name the spool (its files), not the process.
         store.server_id = await spool.identity()
-        flags.listeners.append(
-            lambda which, enabled: (spool.pause() if enabled else spool.resume())
-            if which == "push" else None)
+
+        def spool_follows_push_maintenance(which: str, enabled: bool) -> None:
+            # Messages to the spool: nobody awaits their futures.
+            if which != "push":
+                return
+            if enabled:
+                spool.pause()
+            else:
+                spool.resume()
+
+        flags.listeners.append(spool_follows_push_maintenance)
         app.ctx.spool_backlog = await spool.backlog_ref()
         replayed = await spool.recover()
         if replayed:
             logger.info("spool: replayed {} event(s) left by a previous run", replayed)
-        app.ctx.push_batcher = Batcher.start(
+        app.ctx.push_batcher = typed_proxy(BatcherProxy, Batcher.start(
             store.push, max_items=settings.push_max_batch_items,
             max_concurrent=settings.push_max_concurrent, name="push",
-            retry_alone=lambda exc: not fails_every_request(exc)).proxy()
-        app.ctx.ack_batcher = Batcher.start(
+            retry_alone=lambda exc: not fails_every_request(exc)).proxy())
+        app.ctx.ack_batcher = typed_proxy(BatcherProxy, Batcher.start(
             store.ack, max_items=settings.ack_max_batch_items,
             max_concurrent=settings.ack_max_concurrent, name="ack",
-            retry_alone=lambda exc: not fails_every_request(exc)).proxy()
-        app.ctx.streams_state_batcher = Batcher.start(
+            retry_alone=lambda exc: not fails_every_request(exc)).proxy())
+        app.ctx.streams_state_batcher = typed_proxy(BatcherProxy, Batcher.start(
             lambda reads: read_state(store, reads), max_items=settings.ack_max_batch_items,
             max_concurrent=settings.ack_max_concurrent, name="streams_state",
-            retry_alone=lambda exc: not fails_every_request(exc)).proxy()
-        app.ctx.timer_sweeper = TimerSweeper.start(
+            retry_alone=lambda exc: not fails_every_request(exc)).proxy())
+        app.ctx.timer_sweeper = typed_proxy(TimerSweeperProxy, TimerSweeper.start(
             lambda: timers_service.deliver_due(app.ctx),
-            batch=timers_service.SWEEP_BATCH).proxy()
-        app.ctx.live = LiveSeries.start(
+            batch=timers_service.SWEEP_BATCH).proxy())
+        app.ctx.live = typed_proxy(LiveSeriesProxy, LiveSeries.start(
             telemetry.throughput_totals, lambda: browse_store.depths(store),
-            depth_interval_s=settings.dashboard_depth_interval_ms / 1000).proxy()
-        app.ctx.jobs = await start_jobs(store=store, settings=settings, telemetry=telemetry,
-                                        gauges=lambda: gauges(app.ctx))
+            depth_interval_s=settings.dashboard_depth_interval_ms / 1000).proxy())
+        jobs = await start_jobs(store=store, settings=settings, telemetry=telemetry,
+                                gauges=lambda: gauges(app.ctx))
+        app.ctx.jobs = {name: typed_proxy(JobProxy, job) for name, job in jobs.items()}
         logger.info("broker {} serving on http://{}:{}", settings.queen_server_id,
                     settings.host, settings.port)
 
     @app.after_server_stop
-    async def stop(app: Sanic) -> None:
+    async def stop(app: BrokerApp) -> None:
         await app.ctx.hints.stop()
         if app.ctx.mesh is not None:
             await app.ctx.mesh.stop()
@@ -304,7 +329,10 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> Sanic:
 
     @app.exception(UnicodeError)
     async def bad_unicode(_request: Request, exc: UnicodeError):
-        return error(f"invalid text (not encodable as UTF-8): {exc.reason}", 400)
+        # UnicodeError itself has no .reason; its encode/decode/translate subclasses do
+        reason = (exc.reason if isinstance(
+            exc, UnicodeEncodeError | UnicodeDecodeError | UnicodeTranslateError) else str(exc))
+        return error(f"invalid text (not encodable as UTF-8): {reason}", 400)
 
     @app.exception(StoreError)
     async def store_error(request: Request, exc: StoreError):

@@ -39,7 +39,7 @@ import asyncio
 import re
 import time
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import jwt
@@ -50,6 +50,12 @@ from loguru import logger
 
 from broker.core.config import ConfigError
 from broker.http.responses import error
+
+if TYPE_CHECKING:
+    from sanic import Request
+    from sanic.response import HTTPResponse
+
+    from broker.core.config import Settings
 
 # -- required levels ------------------------------------------------------------------------
 
@@ -287,7 +293,7 @@ class Authenticator:
     """``authorize(request)`` returns None when the request may proceed, or an
     HTTP response (401/403/500) that ends it. Sets ``request.ctx.producer_sub``."""
 
-    def __init__(self, settings: Any):
+    def __init__(self, settings: Settings):
         self.enabled = settings.jwt_enabled
         if not self.enabled:
             return
@@ -348,7 +354,7 @@ class Authenticator:
     def skipped(self, path: str) -> bool:
         return path in self.skip_exact or any(path.startswith(p) for p in self.skip_prefixes)
 
-    async def authorize(self, request) -> Any:
+    async def authorize(self, request: Request[Any, Any]) -> HTTPResponse | None:
         request.ctx.producer_sub = None
         request.ctx.auth_level = ADMIN  # auth off (or a skipped path): anything goes
         if not self.enabled or request.method == "OPTIONS" or self.skipped(request.path):
@@ -464,7 +470,7 @@ class Authenticator:
         return max((self.role_levels.get(r, PUBLIC) for r in roles), default=PUBLIC)
 
 
-def writes_allowed(request) -> bool:
+def writes_allowed(request: Request[Any, Any]) -> bool:
     """Whether the caller may write: for a route whose one POST carries reads and
     writes alike (the key/value and lock batches), checked once the body is parsed."""
     return getattr(request.ctx, "auth_level", ADMIN) >= READ_WRITE

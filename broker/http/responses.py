@@ -36,7 +36,7 @@ def error(message: str, status: int) -> HTTPResponse:
     return json({"error": message}, status=status)
 
 
-def read_json(request: Request) -> Any:
+def read_json(request: Request[Any, Any]) -> Any:
     """The request body as JSON; an empty or absent body is ``{}`` (docs/wire-contract.md §1.4)."""
     raw = request.body
     if not raw or not raw.strip():
@@ -47,6 +47,6 @@ def read_json(request: Request) -> Any:
         raise BadRequest(f"Invalid JSON body: {exc}") from None
 
 
-def args(request: Request) -> dict[str, str]:
+def args(request: Request[Any, Any]) -> dict[str, str]:
     """Query parameters, properly percent-decoded; the last value of a repeated key wins."""
     return {key: values[-1] for key, values in request.args.items()}

@@ -1,15 +1,19 @@
 """The service layer: what the broker does, between the routes and the actors/store.
 
-Routes parse a request (``broker.http.wire.messages``), call one function here, and shape
-the answer. These functions know the store, the actors and each other, never
-Sanic: a push, a pop with the hot-list's claim protocol, an ack, a
-transaction, the spool's replay and the wakes after a commit or a released
-lease all live here, and each is testable without HTTP.
+Routes parse a request (``broker.http.wire``), call one function here, and shape the
+answer from what it returns. These functions know the store, the actors (through the
+ports of ``ports.py``) and each other, never Sanic: a push, a pop with the hot-list's claim
+protocol and its long poll, an ack, a transaction, the spool's upload and the staging
+merge, and the wakes after a commit or a released lease all live here, and each is
+testable without HTTP.
 
     context.py    BrokerContext: the typed application context (app.ctx)
-    push.py       push, spool diversion, replay of spooled pushes, wakes after commit
-    pop.py        pop: hot-list candidates, the claim, verdicts back, long poll
+    ports.py      what the services call on each actor, as Protocols
+    push.py       push: fold + commit, or spool; staged items; wakes after commit
+    pop.py        pop: hot-list candidates, the claim, verdicts back
+    long_poll.py  a pop that waits: attempt, park, wake or timer, deadline
     ack.py        ack, transaction, lease renewal, wakes after a released lease
+    drain.py      the spool's upload into queen.staged, merge batches, spool and staging stats
     gauges.py     instant figures of this broker (metrics collector, /metrics)
     analytics.py  status and analytics answers in the dashboard's shapes
     streams.py    /streams/v1: queries, state reads, the one-statement cycle

@@ -3,21 +3,40 @@
 Fields set when the app is built are filled at once; the rest while the
 server starts (``broker.http.app``'s ``before_server_start``), before any request
 is served, so handlers and services may rely on every field being set.
+
+The actors are reached through their proxies, typed with the ports of
+:mod:`broker.service.ports` (what is called on each); ``broker.http.app`` fills
+these fields with proxies typed by the views of :mod:`actors.proxies`, which is
+where mypy checks each actor against its port.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pykka import ActorRef
+
     from actors.hints import Hints
     from actors.mesh import Mesh
-    from actors.reconciler import MaintenanceFlags, QueueConfigCache
+    from actors.pop_waiters import PopWaiterRegistry
+    from actors.reconciler import CacheReconciler, MaintenanceFlags, QueueConfigCache
     from actors.spool import SpoolBacklog
     from broker.core.config import Settings
     from broker.core.crypto import PayloadCipher
     from broker.core.telemetry import Telemetry
     from broker.http.auth import Authenticator
+    from broker.service.migration import Migration
+    from broker.service.ports import (
+        BatcherPort,
+        HotListPort,
+        JobPort,
+        LiveSeriesPort,
+        PopWaitersPort,
+        SpoolPort,
+        StagingMergerPort,
+        TimerSweeperPort,
+    )
     from broker.store.db import Store
 
 
@@ -28,23 +47,27 @@ class BrokerContext:
     cipher: PayloadCipher | None
     auth: Authenticator
     telemetry: Telemetry
-    # set while the server starts
+    # set while the server starts (None until then, typed as set: see the module docstring)
     store: Store = None  # type: ignore[assignment]
-    waiters: Any = None          # PopWaiterRegistry ref (long_poll parks on it)
-    waiters_proxy: Any = None    # ... and its proxy, for everything else
+    # PopWaiterRegistry: its ref (long_poll parks on it), and its proxy for everything else
+    waiters: ActorRef[PopWaiterRegistry] = None  # type: ignore[assignment]
+    waiters_proxy: PopWaitersPort = None  # type: ignore[assignment]
     queue_cache: QueueConfigCache = None  # type: ignore[assignment]
     flags: MaintenanceFlags = None  # type: ignore[assignment]
-    reconciler: Any = None       # CacheReconciler ref
-    hotlist: Any | None = None   # HotListActor proxy; None with QUEEN_HOTLIST=false
+    reconciler: ActorRef[CacheReconciler] = None  # type: ignore[assignment]
+    hotlist: HotListPort | None = None  # None with QUEEN_HOTLIST=false
     hints: Hints = None  # type: ignore[assignment]
-    mesh: Mesh | None = None     # None without peers
-    spool: Any = None            # Spool proxy
-    merger: Any = None           # StagingMerger proxy (merges queen.staged into the queues)
+    mesh: Mesh | None = None  # None without peers
+    spool: SpoolPort = None  # type: ignore[assignment]
+    # merges queen.staged into the queues
+    merger: StagingMergerPort = None  # type: ignore[assignment]
     spool_backlog: SpoolBacklog = None  # type: ignore[assignment]
-    push_batcher: Any = None     # Batcher proxy folding pushes
-    ack_batcher: Any = None      # Batcher proxy folding acks
-    streams_state_batcher: Any = None  # Batcher proxy folding /streams/v1/state/get reads
-    jobs: Any = None             # leader jobs (retention, stats, metrics)
-    timer_sweeper: Any = None    # TimerSweeper proxy (delivers due timers)
-    migration: Any = None        # service.migration.Migration: this process's copy state
-    live: Any = None             # LiveSeries proxy: per-second throughput, depth history
+    # Batchers folding pushes, acks and /streams/v1/state/get reads
+    push_batcher: BatcherPort = None  # type: ignore[assignment]
+    ack_batcher: BatcherPort = None  # type: ignore[assignment]
+    streams_state_batcher: BatcherPort = None  # type: ignore[assignment]
+    # the leader jobs by name: retention, stats, metrics
+    jobs: dict[str, JobPort] = field(default_factory=dict)
+    timer_sweeper: TimerSweeperPort | None = None  # delivers due timers
+    migration: Migration = None  # type: ignore[assignment]  # this process's copy state
+    live: LiveSeriesPort = None  # type: ignore[assignment]  # throughput, depth history

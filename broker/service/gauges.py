@@ -10,12 +10,12 @@ from broker.store.db import StoreError, StoreUnavailable
 
 
 def gauges(ctx: BrokerContext) -> dict:
-    pool = ctx.store.pool
+    size, idle, most = ctx.store.pool_sizes()
     mesh = ctx.mesh
     return {
-        "db_pool_size": pool.get_size(),
-        "db_pool_idle": pool.get_idle_size(),
-        "db_pool_max": pool.get_max_size(),
+        "db_pool_size": size,
+        "db_pool_idle": idle,
+        "db_pool_max": most,
         "mesh": mesh.stats() if mesh is not None else None,
         "maintenance_mode": ctx.flags.push,
         "pop_maintenance_mode": ctx.flags.pop,

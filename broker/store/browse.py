@@ -3,14 +3,12 @@ depth history (actors/live_series.py): one pooled connection each, the statement
 :mod:`broker.store.browse_sql`, errors mapped like every other store call."""
 from __future__ import annotations
 
-import asyncpg
+from asyncpg import Record  # asyncpg has no type information: Record is Any
 
 from broker.store import browse_sql as b
 from broker.store import ops_sql, sql
 from broker.store.db import Store
 from broker.store.ops import _subscription_for, stats_state
-
-Record = asyncpg.Record
 
 
 def _count(rows: list[Record]) -> int | None:

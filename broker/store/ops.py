@@ -10,15 +10,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-import asyncpg
+from asyncpg import Record  # asyncpg has no type information: Record is Any
 
 from broker.core.domain import QUEUE_MODE
 from broker.store import ops_sql as q
 from broker.store import sql, streams_sql
 from broker.store.db import Store
-
-Record = asyncpg.Record
-
 
 # -- stats table ----------------------------------------------------------------
 

@@ -10,7 +10,6 @@ order its pushes were acknowledged.
 """
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import time
@@ -51,12 +50,13 @@ def consume_all(url: str, queue: str, partition: str, group: str) -> list[str]:
 
 
 async def wait_stored(database, queue: str, n: int, timeout: float) -> list:
-    deadline = time.monotonic() + timeout
-    while True:
+    """(partition, transactionId) of the stored messages of ``queue``, once there are at
+    least ``n``; fails the test after ``timeout`` s."""
+    async def enough() -> list | None:
         rows = await stored(database, queue)
-        if len(rows) >= n or time.monotonic() > deadline:
-            return rows
-        await asyncio.sleep(0.2)
+        return rows if len(rows) >= n else None
+    return await wait_until_async(enough, timeout, f"{n} stored messages of {queue}",
+                                  interval=0.2)
 
 
 async def spools_registered(database, queue: str, n: int) -> None:

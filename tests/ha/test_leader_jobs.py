@@ -650,3 +650,60 @@ async def test_stats_counts_are_exact_across_groups_leases_dlq_and_retention(
     await assert_stats_exact(db)
     stats = (await jobs(client, a))["stats"]
     assert stats["failures"] == 0
+
+
+# -- the retention connection closed under a cycle ------------------------------------------
+
+async def test_retention_connection_killed_mid_cycle_is_not_unlocked_after_the_fact(
+        fresh_database, db):
+    """The cycle's connection is killed (pg_terminate_backend) while it holds 737001 and
+    waits in a step: the cycle fails as StoreUnavailable, nothing is tried on the dead
+    connection (no "pg_advisory_unlock ... failed" warning about a connection already given
+    back to the pool, none counted as discarded), the lock went with the session, and the
+    next cycle sweeps on a fresh pooled connection. In-process: a real Store, the real job."""
+    from loguru import logger
+
+    from actors.leader_jobs import RetentionJob
+    from broker.store.db import Store
+
+    store = await Store.connect(fresh_database.dsn, pool_size=2, connect_timeout_ms=5000,
+                                statement_timeout_ms=60_000, lock_timeout_ms=60_000,
+                                idle_timeout_ms=60_000, application_name="retention-kill-test")
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(str(m)), level="WARNING")
+    blocker = await asyncpg.connect(fresh_database.dsn)
+    try:
+        job = RetentionJob(store, interval_ms=3_600_000, batch_size=10,
+                           partition_cleanup_days=30, metrics_retention_days=90)
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute("LOCK TABLE queen.messages IN ACCESS EXCLUSIVE MODE")
+        cycle = asyncio.ensure_future(job.run_once())
+
+        async def holder_waiting() -> int | None:
+            return await db.fetchval("""
+                SELECT a.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                WHERE l.locktype = 'advisory' AND l.objid = $1 AND l.granted
+                  AND a.application_name = 'retention-kill-test'
+                  AND a.wait_event_type = 'Lock'""", RETENTION_LOCK)
+
+        await wait_until_async(holder_waiting, 10, "the sweep holding 737001, waiting",
+                               interval=0.05)
+        assert await db.fetchval("SELECT pg_terminate_backend($1)", await holder_waiting())
+        result = await asyncio.wait_for(cycle, 10)
+        await tx.rollback()
+
+        assert result["error"].startswith("StoreUnavailable: "), result
+        assert job.sessions_lost == 1, job.stats()
+        assert job.connections_discarded == 0 and job.unlock_not_held == 0, job.stats()
+        assert not [w for w in warnings if "pg_advisory_unlock" in w], warnings
+        assert await db.fetch(HOLDERS.replace("queen-broker%", "retention-kill-test"),
+                              RETENTION_LOCK) == []
+        again = await job.run_once()
+        assert again["skipped"] is False and "error" not in again, again
+        assert await db.fetchval("SELECT pg_try_advisory_lock($1)", RETENTION_LOCK)
+        assert await db.fetchval("SELECT pg_advisory_unlock($1)", RETENTION_LOCK)
+    finally:
+        logger.remove(sink)
+        await blocker.close()
+        await store.close()

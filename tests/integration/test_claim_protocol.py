@@ -15,7 +15,7 @@ import pytest
 
 from actors.hotlist import HotListActor
 from broker.core.ids import new_uuid7
-from broker.http.wire.messages import parse_pop
+from broker.http.wire.pop import parse_pop
 from broker.service.pop import claim, verdicts
 from broker.store.db import PushRow, Store
 

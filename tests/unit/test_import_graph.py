@@ -178,15 +178,10 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
                   if LAYERS.index(layer_of(d)) > LAYERS.index(layer_of(m)))
 
 
-# Upward imports still being removed (issue 28: the services still shape two answers).
-KNOWN_UPWARD = ["broker.service.pop -> broker.http.wire.messages",
-                "broker.service.push -> broker.http.wire.messages"]
-
-
 def test_each_layer_imports_only_the_layers_below_it():
     graph = project_graph()
     assert {layer_of(m) for m in graph} == set(LAYERS)  # every layer has modules
-    assert upward_imports(graph) == KNOWN_UPWARD
+    assert upward_imports(graph) == []
 
 
 def test_the_layer_check_sees_an_upward_import():

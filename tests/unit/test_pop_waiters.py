@@ -1,4 +1,5 @@
-"""Invariants of the pop-waiter registry and long_poll (actors/pop_waiters.py).
+"""Invariants of the pop-waiter registry (actors/pop_waiters.py) and the long poll
+(broker/service/long_poll.py).
 
 No HTTP and no database: `attempt` is a fake that records its calls.
 """
@@ -10,13 +11,8 @@ import time
 
 import pytest
 
-from actors.pop_waiters import (
-    HINTS_PER_WAITER,
-    PopWaiterRegistry,
-    Waiter,
-    backoff_interval_ms,
-    long_poll,
-)
+from actors.pop_waiters import HINTS_PER_WAITER, PopWaiterRegistry, Waiter
+from broker.service.long_poll import backoff_interval_ms, long_poll
 from tests.waiting import wait_until_async
 
 DEFAULTS = {"initial_ms": 100, "threshold": 3, "multiplier": 2.0, "max_ms": 1000}
@@ -210,7 +206,7 @@ async def test_any_queue_waiter_is_woken_by_a_push_to_any_queue(registry):
 
 
 class FakeClock:
-    """``time.monotonic`` for pop_waiters, moved on only by the fake wait below."""
+    """``time.monotonic`` for the long poll, moved on only by the fake wait below."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -222,7 +218,7 @@ class FakeClock:
 async def test_deadline_clips_the_last_sleep_and_returns_the_empty_result(registry, monkeypatch):
     # On a fake clock, so the schedule is exact whatever the machine's load: every wait
     # times out after exactly the timeout it was given.
-    import actors.pop_waiters as pop_waiters
+    import broker.service.long_poll as polling
 
     clock = FakeClock()
     waits: list[int] = []
@@ -232,8 +228,8 @@ async def test_deadline_clips_the_last_sleep_and_returns_the_empty_result(regist
         clock.now += timeout
         return False
 
-    monkeypatch.setattr(pop_waiters, "time", clock)
-    monkeypatch.setattr(pop_waiters, "_wait_for_wake", timer_fires)
+    monkeypatch.setattr(polling, "time", clock)
+    monkeypatch.setattr(polling, "_wait_for_wake", timer_fires)
     attempt = FakeAttempt()
     deadline = clock.now + 0.35
     result = await long_poll(registry, "q", attempt, deadline, **DEFAULTS)
@@ -300,7 +296,7 @@ async def test_a_wake_during_an_attempt_is_not_lost(registry):
 async def test_backoff_counter_resets_after_a_wake(registry, monkeypatch):
     # Replace the wait itself: record each timeout and answer "timer fired"
     # at once, except the 5th wait, which answers "woken".
-    import actors.pop_waiters as pop_waiters
+    import broker.service.long_poll as polling
 
     waits: list[int] = []
 
@@ -308,7 +304,7 @@ async def test_backoff_counter_resets_after_a_wake(registry, monkeypatch):
         waits.append(round(timeout * 1000))
         return len(waits) == 5
 
-    monkeypatch.setattr(pop_waiters, "_wait_for_wake", fake_wait)
+    monkeypatch.setattr(polling, "_wait_for_wake", fake_wait)
     attempt = FakeAttempt(*[[]] * 7, ["msg"])
     result = await long_poll(registry, "q", attempt, time.monotonic() + 30, **DEFAULTS)
     assert result == ["msg"]

@@ -1,4 +1,4 @@
-"""The disk spool (actors/spool.py), docs/behaviour.md §5 and §14 invariants 39-45.
+"""The disk spool (actors/spool/), docs/behaviour.md §5 and §14 invariants 39-45.
 
 Real files in tmp_path. The database is faked at its boundary: ``FakeDB.upload``
 is what the broker's upload into PostgreSQL's staging table does (one
@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-import actors.spool as spool_mod
+import actors.spool.writer as writer_mod
 from actors.spool import Spool, SpoolBacklog, SpoolError, SpoolFull, encode_records, read_records
+from actors.spool.records import NAME
 from tests.waiting import wait_until_async
 
 
@@ -76,7 +77,7 @@ class FakeDB:
                 self.probe("start", chunk)
             if self.gate is not None:
                 await self.gate.wait()
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a real upload yields to the loop
             if self.down or self.calls in self.down_on:
                 raise Unreachable("connection refused")
             bad = {k: "invalid input syntax" for k in indexes
@@ -194,7 +195,7 @@ async def test_rotation_finalizes_files_named_in_creation_order(make, sdir):
     assert len(bufs) == 2 and len(files(sdir, ".tmp")) == 1
     assert (sdir / "failed").is_dir() and oct(sdir.stat().st_mode & 0o777) == "0o755"
     for p in bufs + files(sdir, ".tmp"):
-        assert spool_mod._NAME.match(p.name), p.name
+        assert NAME.match(p.name), p.name
     assert [[e["transactionId"] for e in read_records(p)[0]] for p in bufs] == [
         ["t0", "t1", "t2"], ["t3", "t4", "t5"]]
     stats = await spool.stats()
@@ -237,7 +238,7 @@ async def test_pause_holds_everything_resume_drains(make, db, sdir):
     spool = make(start_paused=True).proxy()
     await spool.append([ev("a"), ev("b")])
     await spool.append([ev("c")])
-    await asyncio.sleep(0.05)  # ten drain periods
+    await asyncio.sleep(0.05)  # proves nothing happens for ten drain periods: a sleep on purpose
     assert db.calls == 0 and db.rows == []
     assert files(sdir, ".buf") == [] and len(files(sdir, ".tmp")) == 1  # not even finalized
     assert await spool.recover() == 0  # booting with maintenance on replays nothing
@@ -247,7 +248,7 @@ async def test_pause_holds_everything_resume_drains(make, db, sdir):
     await wait_until_async(lambda: not [n for n in os.listdir(sdir) if n.startswith("queen-")])
     await spool.pause()
     await spool.append([ev("d")])
-    await asyncio.sleep(0.03)
+    await asyncio.sleep(0.03)  # proves nothing drains while paused (six periods): a sleep on purpose
     assert len(db.rows) == 3
     assert (await spool.stats())["pendingCount"] == 1
 
@@ -349,7 +350,7 @@ async def test_transient_failures_cool_down(make, db, sdir):
     spool = make(flush_ms=1, cooldown_after=3, cooldown_s=0.3).proxy()
     await spool.append([ev("a")])
     await wait_until_async(lambda: db.calls >= 3)
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # proves no upload is tried for 0.1 s (100 periods): a sleep on purpose
     assert db.calls == 3  # cooling down
     db.down = False
     await wait_until_async(lambda: len(db.rows) == 1, timeout=2)
@@ -467,11 +468,8 @@ async def test_replaying_a_quarantined_event_that_is_still_refused_keeps_it(make
     await spool.append([ev("bad")])
     await spool.resume()
     await wait_until_async(lambda: db.calls >= 1)
-    for _ in range(600):  # the entry is written right after the rejection
-        if entries := await spool.quarantine_list():
-            break
-        await asyncio.sleep(0.005)
-    assert entries, "the rejected event was never quarantined"
+    # the entry is written right after the rejection
+    entries = await wait_until_async(spool.quarantine_list, 3, "the rejected event quarantined")
     with pytest.raises(Rejected):
         await spool.quarantine_replay(entries[0]["id"], {})
     with pytest.raises(ValueError, match="NUL"):
@@ -522,7 +520,7 @@ async def test_disk_full_midway_leaves_no_partial_request(make, db, sdir, monkey
         budget["bytes"] -= n
         return n
 
-    monkeypatch.setattr(spool_mod, "_os_write", write)
+    monkeypatch.setattr(writer_mod, "_os_write", write)
     spool = make(start_paused=True).proxy()
     await spool.append([ev("a1"), ev("a2")])
     (tmp,) = files(sdir, ".tmp")
@@ -539,7 +537,7 @@ async def test_disk_full_midway_leaves_no_partial_request(make, db, sdir, monkey
     assert (await spool.stats())["healthy"] is True
     await spool.resume()
     await wait_until_async(lambda: len(db.rows) == 3)
-    await asyncio.sleep(0.02)
+    await asyncio.sleep(0.02)  # proves nothing more is uploaded (the failed push): a sleep on purpose
     assert db.tids() == ["a1", "a2", "c1"]
 
 
@@ -593,7 +591,7 @@ async def test_backlog_holds_until_the_upload_returned(make, db, sdir):
     await spool.append([ev("a0", "a"), ev("a1", "a"), ev("a2", "a")])
     await spool.append([ev("b0", "b")])
     await wait_until_async(lambda: db.calls == 1)  # the drain is stuck inside the first upload
-    await asyncio.sleep(0.02)
+    await asyncio.sleep(0.02)  # proves the counts stay while it is stuck: a sleep on purpose
     assert backlog.holds([("q", "a")]) and backlog.holds([("q", "b")])
     assert backlog.total() == 4
     db.gate.set()
@@ -651,7 +649,7 @@ async def test_backlog_ignores_a_failed_append(make, sdir, monkeypatch, tmp_path
         budget["bytes"] -= n
         return n
 
-    monkeypatch.setattr(spool_mod, "_os_write", write)
+    monkeypatch.setattr(writer_mod, "_os_write", write)
     spool = make(start_paused=True).proxy()
     backlog = await spool.backlog_ref()
     await spool.append([ev("a1", "a")])
@@ -661,7 +659,7 @@ async def test_backlog_ignores_a_failed_append(make, sdir, monkeypatch, tmp_path
     assert counts(backlog) == {("q", "a"): 1}
 
     # rolling back fails as well: the file is finalized with a torn tail, still not counted
-    monkeypatch.setattr(spool_mod, "_os_ftruncate", lambda fd, size: (_ for _ in ()).throw(OSError(5, "EIO")))
+    monkeypatch.setattr(writer_mod, "_os_ftruncate", lambda fd, size: (_ for _ in ()).throw(OSError(5, "EIO")))
     budget["bytes"] = 30
     with pytest.raises(SpoolError):
         await spool.append([ev("a3", "a"), ev("c1", "c")])
@@ -769,12 +767,12 @@ async def test_backlog_follows_a_stranded_tmp_file(make, db, sdir, monkeypatch):
     def no_rename(src, dst):
         raise OSError(13, "Permission denied")
 
-    monkeypatch.setattr(spool_mod.os, "rename", no_rename)
+    monkeypatch.setattr(os, "rename", no_rename)
     assert await spool.finalize() is False
     assert len(files(sdir, ".tmp")) == 1 and counts(backlog) == {("q", "a"): 1}
     assert await spool.recover() == 0  # leftovers finalizing fails again: counted once
     assert counts(backlog) == {("q", "a"): 1}
     assert (await spool.stats())["pendingCount"] == 1
-    monkeypatch.setattr(spool_mod.os, "rename", real_rename)
+    monkeypatch.setattr(os, "rename", real_rename)
     assert await spool.recover() == 1
     assert backlog.total() == 0 and (await spool.stats())["pendingCount"] == 0

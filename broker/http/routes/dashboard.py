@@ -11,11 +11,12 @@ from __future__ import annotations
 import mimetypes
 from pathlib import Path
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 from sanic.response import HTTPResponse
 
 from broker.http.auth import ADMIN, LEVEL_NAMES, AuthFailure, required_level
 from broker.http.responses import error, json
+from broker.http.types import BrokerRequest
 
 bp = Blueprint("dashboard")
 
@@ -59,22 +60,22 @@ def _file(name: str) -> HTTPResponse:
 
 
 @bp.get("/")
-async def root(_request: Request):
+async def root(_request: BrokerRequest):
     return _file("index.html")
 
 
 @bp.get("/dashboard")
-async def page(_request: Request):
+async def page(_request: BrokerRequest):
     return _file("index.html")
 
 
 @bp.get("/dashboard/<name:path>")
-async def asset(_request: Request, name: str):
+async def asset(_request: BrokerRequest, name: str):
     return _file(name)
 
 
 @bp.get("/api/v1/auth/session")
-async def session(request: Request):
+async def session(request: BrokerRequest):
     """Public: verifies the bearer token itself, so a page without one learns that it
     needs one from a 200 (a 401 would be logged by the browser as an error)."""
     auth = request.app.ctx.auth

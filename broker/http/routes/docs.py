@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from functools import cache
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 from sanic.response import HTTPResponse
 
 from broker.http.openapi import document
 from broker.http.openapi.page import render
 from broker.http.responses import json
+from broker.http.types import BrokerRequest
 
 bp = Blueprint("docs")
 
@@ -20,10 +21,10 @@ def _page() -> str:
 
 
 @bp.get("/openapi.json")
-async def openapi_json(request: Request):
+async def openapi_json(request: BrokerRequest):
     return json(document())
 
 
 @bp.get("/docs")
-async def docs(request: Request):
+async def docs(request: BrokerRequest):
     return HTTPResponse(_page(), content_type="text/html; charset=utf-8")

@@ -7,16 +7,17 @@ The official clients map a 404 on this family whose code is not
 PostgreSQL, and a queue whose contents survive nothing is not a thing it offers."""
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
 from broker.http.responses import json
+from broker.http.types import BrokerRequest
 
 bp = Blueprint("ephemeral")
 
 _METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH"]
 
 
-async def _unsupported(request: Request, **_path: str):
+async def _unsupported(request: BrokerRequest, **_path: str):
     return json({"error": "ephemeral_unsupported",
                  "detail": "this broker does not offer ephemeral (RAM-class) queues; "
                            "use a durable queue"}, 404)

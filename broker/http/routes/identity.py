@@ -15,10 +15,11 @@ or dev proxy) can start:
 Tenancy is not a feature of this broker, so the cluster's ``tenant_id`` is ``null``."""
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 from sanic.response import HTTPResponse, redirect
 
 from broker.http.responses import json
+from broker.http.types import BrokerRequest
 
 bp = Blueprint("identity")
 
@@ -60,20 +61,20 @@ def standalone_identity(server_id: str) -> dict:
 
 
 @bp.get("/auth/me")
-async def me(request: Request):
+async def me(request: BrokerRequest):
     if request.app.ctx.auth.enabled:
         return json({"error": "auth_required", "code": "auth_required"}, 401)
     return json(standalone_identity(request.app.ctx.settings.queen_server_id))
 
 
 @bp.get("/auth/login")
-async def login(request: Request):
+async def login(request: BrokerRequest):
     if not request.app.ctx.auth.enabled:
         return redirect("/")
     return HTTPResponse(_LOGIN_PAGE, content_type="text/html; charset=utf-8")
 
 
 @bp.post("/auth/logout")
-async def logout(_request: Request):
+async def logout(_request: BrokerRequest):
     """Nothing to end: standalone has no session (the app hides its sign-out there)."""
     return json({"ok": True})

@@ -6,36 +6,32 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 from sanic.response import HTTPResponse
 
 from broker.http.auth import writes_allowed
 from broker.http.responses import error, json, read_json
-from broker.http.wire.messages import body_object
-from broker.http.wire.state import kv_refusal, parse_kv_batch, parse_kv_op
+from broker.http.types import BrokerRequest
+from broker.http.wire.common import body_object
+from broker.http.wire.kv import kv_batch_answer, kv_refusal, parse_kv_batch, parse_kv_op
 from broker.service import kv as service
 
 bp = Blueprint("kv")
 
 
-def _forbidden_writes(request: Request, writes: bool) -> HTTPResponse | None:
+def _forbidden_writes(request: BrokerRequest, writes: bool) -> HTTPResponse | None:
     if writes and not writes_allowed(request):
         return error("Insufficient permissions", 403)
     return None
 
 
 @bp.post("/api/v1/kv")
-async def kv_batch(request: Request):
+async def kv_batch(request: BrokerRequest):
     ops = parse_kv_batch(read_json(request))
     refused = _forbidden_writes(request, any(op.writes for op in ops))
     if refused is not None:
         return refused
-    outcome = await service.batch(request.app.ctx, ops)
-    body: dict = {"results": outcome.results}
-    if outcome.failed is not None:
-        body.update(success=False, reason="kv_precondition", failedIndex=outcome.failed.index,
-                    kvReason=outcome.failed.result.get("reason"))
-    return json(body)
+    return json(kv_batch_answer(await service.batch(request.app.ctx, ops)))
 
 
 def _with_etag(response: HTTPResponse, version: int | None) -> HTTPResponse:
@@ -44,7 +40,7 @@ def _with_etag(response: HTTPResponse, version: int | None) -> HTTPResponse:
     return response
 
 
-def _if_match(request: Request) -> dict:
+def _if_match(request: BrokerRequest) -> dict:
     """``expect`` from the conditional headers of a sugar route."""
     match, none_match = request.headers.get("if-match"), request.headers.get("if-none-match")
     if match is not None and none_match is not None:
@@ -62,7 +58,7 @@ def _if_match(request: Request) -> dict:
     return {}
 
 
-async def _one(request: Request, raw: dict, status_when_refused: int) -> HTTPResponse:
+async def _one(request: BrokerRequest, raw: dict, status_when_refused: int) -> HTTPResponse:
     op = parse_kv_op(raw, "request")
     refused = _forbidden_writes(request, op.writes)
     if refused is not None:
@@ -74,7 +70,7 @@ async def _one(request: Request, raw: dict, status_when_refused: int) -> HTTPRes
 
 
 @bp.get("/api/v1/kv/<ns:str>/<key:path>", unquote=True)
-async def kv_get(request: Request, ns: str, key: str):
+async def kv_get(request: BrokerRequest, ns: str, key: str):
     key = unquote(key)  # Sanic leaves a <path> parameter percent-encoded
     op = parse_kv_op({"op": "get", "ns": ns, "key": key}, "request")
     result = (await service.batch(request.app.ctx, [op])).results[0]
@@ -84,7 +80,7 @@ async def kv_get(request: Request, ns: str, key: str):
 
 
 @bp.put("/api/v1/kv/<ns:str>/<key:path>", unquote=True)
-async def kv_put(request: Request, ns: str, key: str):
+async def kv_put(request: BrokerRequest, ns: str, key: str):
     key = unquote(key)  # Sanic leaves a <path> parameter percent-encoded
     body = dict(body_object(read_json(request)))
     for field in ("op", "ns", "key", "expect"):
@@ -95,7 +91,7 @@ async def kv_put(request: Request, ns: str, key: str):
 
 
 @bp.delete("/api/v1/kv/<ns:str>/<key:path>", unquote=True)
-async def kv_delete(request: Request, ns: str, key: str):
+async def kv_delete(request: BrokerRequest, ns: str, key: str):
     key = unquote(key)  # Sanic leaves a <path> parameter percent-encoded
     raw = {"op": "delete", "ns": ns, "key": key, **_if_match(request)}
     # A delete of a key that is not there is idempotent (200, applied false); only a

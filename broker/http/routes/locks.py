@@ -3,18 +3,19 @@ held by somebody else or a token that is no longer the permit's is a verdict in 
 result (HTTP 200), never an error status. ``get`` needs READ_ONLY, the rest READ_WRITE."""
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
 from broker.http.auth import writes_allowed
 from broker.http.responses import error, json, read_json
-from broker.http.wire.state import parse_lock_batch
+from broker.http.types import BrokerRequest
+from broker.http.wire.locks import parse_lock_batch
 from broker.service import locks as service
 
 bp = Blueprint("locks")
 
 
 @bp.post("/api/v1/locks")
-async def locks(request: Request):
+async def locks(request: BrokerRequest):
     ops = parse_lock_batch(read_json(request), service.minted_owner())
     if any(op.op != "get" for op in ops) and not writes_allowed(request):
         return error("Insufficient permissions", 403)

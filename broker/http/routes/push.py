@@ -2,10 +2,11 @@
 answer."""
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
 from broker.http.responses import json, read_json
-from broker.http.wire.messages import check_item_count, parse_push
+from broker.http.types import BrokerRequest
+from broker.http.wire.push import check_item_count, parse_push, push_answer
 from broker.service import push as service
 
 bp = Blueprint("push")
@@ -17,14 +18,14 @@ _STATUS = {"stored": 200, "mixed": 200, "buffered": 201, "full": 503, "failed": 
 
 
 @bp.post("/api/v1/push")
-async def push(request: Request):
+async def push(request: BrokerRequest):
     ctx = request.app.ctx
     producer_sub = service.checked_producer_sub(getattr(request.ctx, "producer_sub", None))
     items = parse_push(read_json(request))
     check_item_count(len(items), ctx.settings.push_max_items_per_request)
     if not items:
         return json([], status=201)
-    answer = await service.push(ctx, items, producer_sub)
-    if answer.outcome == "full":
-        return json({"error": answer.error}, status=503)  # Retry-After: send it again
-    return json(answer.results, status=_STATUS[answer.outcome])
+    outcome = await service.push(ctx, items, producer_sub)
+    if outcome.outcome == "full":
+        return json({"error": outcome.error}, status=503)  # Retry-After: send it again
+    return json(push_answer(outcome), status=_STATUS[outcome.outcome])

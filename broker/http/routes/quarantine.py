@@ -12,12 +12,13 @@ The quarantine is node-local, like the spool: ask the broker that holds it.
 """
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
-from actors.spool_quarantine import valid_id
+from actors.spool.quarantine import valid_id
 from broker.core.errors import BadRequest
 from broker.http.responses import error, json, read_json
-from broker.http.wire.messages import body_object
+from broker.http.types import BrokerRequest
+from broker.http.wire.common import body_object
 from broker.store.db import StoreError
 
 bp = Blueprint("quarantine")
@@ -32,13 +33,13 @@ def _ident(value: str) -> str:
 
 
 @bp.get(PREFIX)
-async def list_quarantine(request: Request):
+async def list_quarantine(request: BrokerRequest):
     entries = await request.app.ctx.spool.quarantine_list()
     return json({"count": len(entries), "entries": entries})
 
 
 @bp.get(PREFIX + "/<ident>")
-async def get_entry(request: Request, ident: str):
+async def get_entry(request: BrokerRequest, ident: str):
     entry = await request.app.ctx.spool.quarantine_get(_ident(ident))
     if entry is None:
         return error(f"no quarantined event {ident}", 404)
@@ -46,7 +47,7 @@ async def get_entry(request: Request, ident: str):
 
 
 @bp.post(PREFIX + "/<ident>/replay")
-async def replay_entry(request: Request, ident: str):
+async def replay_entry(request: BrokerRequest, ident: str):
     overrides = body_object(read_json(request))
     for key in ("queue", "partition"):
         if key in overrides and not isinstance(overrides[key], str):
@@ -64,7 +65,7 @@ async def replay_entry(request: Request, ident: str):
 
 
 @bp.delete(PREFIX + "/<ident>")
-async def discard_entry(request: Request, ident: str):
+async def discard_entry(request: BrokerRequest, ident: str):
     if not await request.app.ctx.spool.quarantine_discard(_ident(ident)):
         return error(f"no quarantined event {ident}", 404)
     return json({"id": ident, "discarded": True})

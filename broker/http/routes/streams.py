@@ -5,20 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
 from broker.core.errors import BadRequest
 from broker.core.ids import is_uuid
 from broker.core.times import iso_milli
 from broker.core.validate import Invalid, check_name, check_text, payload_json
 from broker.http.responses import json, read_json
-from broker.http.wire.messages import (
-    body_object,
-    check_item_count,
-    parse_ack_item,
-    parse_group,
-    parse_push_item,
-)
+from broker.http.types import BrokerRequest
+from broker.http.wire.ack import parse_ack_item, parse_group
+from broker.http.wire.common import body_object
+from broker.http.wire.push import check_item_count, parse_push_item
 from broker.service import streams as service
 from broker.service.push import checked_producer_sub
 from broker.store.streams import StateOp, StateRead
@@ -88,7 +85,7 @@ def _key(value: Any, where: str) -> str:
 # -- queries ------------------------------------------------------------------
 
 @bp.post("/streams/v1/queries")
-async def register_query(request: Request):
+async def register_query(request: BrokerRequest):
     body = body_object(read_json(request))
     name = _name(body.get("name"), "name")
     source = _name(body.get("source_queue"), "source_queue")
@@ -109,7 +106,7 @@ async def register_query(request: Request):
 
 
 @bp.get("/streams/v1/queries")
-async def list_queries(request: Request):
+async def list_queries(request: BrokerRequest):
     rows = await service.list_queries(request.app.ctx)
     return json({"queries": [
         {"query_id": str(r["id"]), "name": r["name"], "source_queue": r["source_queue"],
@@ -122,7 +119,7 @@ async def list_queries(request: Request):
 
 
 @bp.delete("/streams/v1/queries/<name:str>", unquote=True)
-async def delete_query(request: Request, name: str):
+async def delete_query(request: BrokerRequest, name: str):
     gone = await service.delete_query(request.app.ctx, name)
     if gone is None:
         return json({"success": False, "error": f"no query named {name!r}"}, status=404)
@@ -184,7 +181,7 @@ def parse_cycle(body: Any, max_items: int) -> service.CycleRequest:
 
 
 @bp.post("/streams/v1/cycle")
-async def cycle(request: Request):
+async def cycle(request: BrokerRequest):
     ctx = request.app.ctx
     req = parse_cycle(read_json(request), ctx.settings.push_max_items_per_request)
     head = {"query_id": req.query_id, "partition_id": req.partition_id}
@@ -225,7 +222,7 @@ def parse_state_get(body: Any) -> StateRead:
 
 
 @bp.post("/streams/v1/state/get")
-async def state_get(request: Request):
+async def state_get(request: BrokerRequest):
     rows = await service.read_state(request.app.ctx, parse_state_get(read_json(request)))
     return json({"success": True, "rows": [
         {"key": r["key"], "value": r["value"], "updated_at": iso_milli(r["updated_at"])}

@@ -8,11 +8,12 @@ answers 503 and changes nothing.
 """
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
 from broker.core.errors import BadRequest
 from broker.http.responses import json, read_json
-from broker.http.wire.messages import body_object
+from broker.http.types import BrokerRequest
+from broker.http.wire.common import body_object
 from broker.service.drain import spool_stats
 from broker.service.gauges import cluster_backlog
 from broker.store.db import StoreError, StoreUnavailable
@@ -22,7 +23,7 @@ bp = Blueprint("system")
 FLAG_KEYS = {"push": "maintenance_mode", "pop": "pop_maintenance_mode"}
 
 
-def _enabled(request: Request) -> bool:
+def _enabled(request: BrokerRequest) -> bool:
     enabled = body_object(read_json(request)).get("enabled")
     if not isinstance(enabled, bool):
         raise BadRequest("enabled (boolean) is required")
@@ -74,7 +75,7 @@ async def _buffer(app) -> dict:
 
 
 @bp.get("/api/v1/system/maintenance")
-async def get_maintenance(request: Request):
+async def get_maintenance(request: BrokerRequest):
     app = request.app
     await _refresh_flags(app)
     return json({"maintenanceMode": app.ctx.flags.push, "popMaintenanceMode": app.ctx.flags.pop,
@@ -82,7 +83,7 @@ async def get_maintenance(request: Request):
 
 
 @bp.post("/api/v1/system/maintenance")
-async def set_maintenance(request: Request):
+async def set_maintenance(request: BrokerRequest):
     enabled = _enabled(request)
     app = request.app
     await _flip(app, "push", enabled)
@@ -95,7 +96,7 @@ async def set_maintenance(request: Request):
 
 
 @bp.get("/api/v1/system/maintenance/pop")
-async def get_pop_maintenance(request: Request):
+async def get_pop_maintenance(request: BrokerRequest):
     app = request.app
     await _refresh_flags(app)
     on = app.ctx.flags.pop
@@ -105,7 +106,7 @@ async def get_pop_maintenance(request: Request):
 
 
 @bp.post("/api/v1/system/maintenance/pop")
-async def set_pop_maintenance(request: Request):
+async def set_pop_maintenance(request: BrokerRequest):
     enabled = _enabled(request)
     await _flip(request.app, "pop", enabled)
     return json({"popMaintenanceMode": enabled,

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
 from broker.http.responses import args, json, read_json
-from broker.http.wire.state import (
+from broker.http.types import BrokerRequest
+from broker.http.wire.timers import (
     parse_timer_batch,
     parse_timer_count,
     parse_timer_op,
@@ -24,7 +25,7 @@ bp = Blueprint("timers")
 
 
 @bp.post("/api/v1/timers")
-async def timers_batch(request: Request):
+async def timers_batch(request: BrokerRequest):
     ops = parse_timer_batch(read_json(request))
     if not ops:
         return json({"results": []})
@@ -33,7 +34,7 @@ async def timers_batch(request: Request):
 
 
 @bp.delete("/api/v1/timers/<queue:str>/<key:path>", unquote=True)
-async def timers_cancel(request: Request, queue: str, key: str):
+async def timers_cancel(request: BrokerRequest, queue: str, key: str):
     key = unquote(key)  # Sanic leaves a <path> parameter percent-encoded
     op = parse_timer_op({"op": "cancel", "queue": queue, "timerKey": key,
                          "txn": args(request).get("txn") or None}, "request")
@@ -41,7 +42,7 @@ async def timers_cancel(request: Request, queue: str, key: str):
 
 
 @bp.get("/api/v1/timers/<queue:str>/<key:path>", unquote=True)
-async def timers_peek(request: Request, queue: str, key: str):
+async def timers_peek(request: BrokerRequest, queue: str, key: str):
     key = unquote(key)  # Sanic leaves a <path> parameter percent-encoded
     queue, timer_key = timer_address(queue, key)
     assert timer_key is not None
@@ -49,7 +50,7 @@ async def timers_peek(request: Request, queue: str, key: str):
 
 
 @bp.get("/api/v1/timers/<queue:str>", unquote=True)
-async def timers_list(request: Request, queue: str):
+async def timers_list(request: BrokerRequest, queue: str):
     queue, _ = timer_address(queue)
     prefix = parse_timer_count(args(request))
     if prefix is not None:

@@ -1,1 +1,17 @@
-"""Queen's wire format: request parsing (coded 400s) and response shaping."""
+"""Queen's wire format (docs/wire-contract.md), one module per request kind: the request's
+parsing (400s, coded for the state surfaces) and the answer's shape, from what the service
+returned. Parsing never touches the database.
+
+    common.py       what every route's parsing shares: bodies, query strings, names
+    push.py         push items, the answer per item
+    pop.py          the pop query string, the messages found or the empty answers
+    ack.py          ack items, the answer per ack, lease extension
+    transaction.py  the transaction's body and answer (committed or rolled back)
+    riders.py       a transaction's kv and timers arrays, and their elements of the answer
+    queues.py       configure, queue options, listings and detail, per-partition figures
+    dlq.py          dead-letter pages, the retry's answer
+    health.py       /health and the shared-state view
+    reads.py        offset reads and partition discovery
+    kv.py, locks.py, timers.py   the state surfaces' operations
+    listings.py     the operator listings of keys and locks
+"""

@@ -3,13 +3,14 @@ system-metrics, worker-metrics, postgres-stats) in the shapes Queen's dashboard
 reads; figures from the metrics collector's tables (broker/service/analytics.py)."""
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
 from broker.core.errors import BadRequest
 from broker.core.times import iso_milli
 from broker.http.responses import args, json
 from broker.http.routes.ops.common import now_utc, time_range
-from broker.http.wire.messages import MAX_NAME, q_str
+from broker.http.types import BrokerRequest
+from broker.http.wire.common import MAX_NAME, q_str
 from broker.service import analytics as svc
 from broker.store import analytics
 from broker.store import analytics_sql as sql
@@ -31,7 +32,7 @@ def _window(a):
 
 
 @bp.get("/api/v1/analytics/queue-ops")
-async def queue_ops(request: Request):
+async def queue_ops(request: BrokerRequest):
     a = args(request)
     since, until, minutes, window = _window(a)
     rows = await analytics.queue_ops(request.app.ctx.store, minutes, since, until,
@@ -42,7 +43,7 @@ async def queue_ops(request: Request):
 
 
 @bp.get("/api/v1/analytics/retention")
-async def retention(request: Request):
+async def retention(request: BrokerRequest):
     a = args(request)
     since, until, minutes, window = _window(a)
     rows = await analytics.rows(request.app.ctx.store, sql.RETENTION_SERIES, minutes, since,
@@ -56,7 +57,7 @@ async def retention(request: Request):
 
 
 @bp.get("/api/v1/analytics/queue-lag")
-async def queue_lag(request: Request):
+async def queue_lag(request: BrokerRequest):
     """Q minute rows, newest first (a top-level array)."""
     a = args(request)
     since, until = time_range(a)
@@ -68,7 +69,7 @@ async def queue_lag(request: Request):
 
 
 @bp.get("/api/v1/analytics/queue-parked-replicas")
-async def parked_replicas(request: Request):
+async def parked_replicas(request: BrokerRequest):
     a = args(request)
     since, until, minutes, window = _window(a)
     rows = await analytics.rows(request.app.ctx.store, sql.PARKED_REPLICAS, minutes, since,
@@ -82,7 +83,7 @@ async def parked_replicas(request: Request):
 
 
 @bp.get("/api/v1/analytics/system-metrics")
-async def system_metrics(request: Request):
+async def system_metrics(request: BrokerRequest):
     a = args(request)
     since, until, minutes, window = _window(a)
     rows = await analytics.rows(request.app.ctx.store, sql.SYSTEM_ROWS, since, until,
@@ -94,7 +95,7 @@ async def system_metrics(request: Request):
 
 
 @bp.get("/api/v1/analytics/worker-metrics")
-async def worker_metrics(request: Request):
+async def worker_metrics(request: BrokerRequest):
     a = args(request)
     since, until, minutes, window = _window(a)
     raw = q_str(a, "workerId")
@@ -123,7 +124,7 @@ def _s(ts) -> str | None:
 
 
 @bp.get("/api/v1/analytics/postgres-stats")
-async def postgres_stats(request: Request):
+async def postgres_stats(request: BrokerRequest):
     s = await analytics.postgres_stats(request.app.ctx.store)
     db, buf = s["databaseCache"], s["bufferConfig"]
 

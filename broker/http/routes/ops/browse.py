@@ -13,12 +13,14 @@ never a whole table in one answer. ``search`` is a case-insensitive substring; `
 """
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
 from broker.core.errors import BadRequest
 from broker.core.times import iso_milli, parse_timestamp
 from broker.http.responses import args, error, json
-from broker.http.wire.messages import MAX_NAME, q_int, q_str, queue_options
+from broker.http.types import BrokerRequest
+from broker.http.wire.common import MAX_NAME, q_int, q_str
+from broker.http.wire.queues import queue_options
 from broker.store import browse
 from broker.store.sql import QUEUE_OPTIONS
 
@@ -27,7 +29,7 @@ bp = Blueprint("ops_browse")
 MAX_PAGE = 500
 
 
-def _page(request: Request) -> tuple[str | None, int, int]:
+def _page(request: BrokerRequest) -> tuple[str | None, int, int]:
     a = args(request)
     search = q_str(a, "search")
     if search is not None and len(search) > MAX_NAME:
@@ -44,7 +46,7 @@ def _figures(r) -> dict:
 
 
 @bp.get("/api/v1/browse/queues")
-async def queues(request: Request):
+async def queues(request: BrokerRequest):
     search, limit, offset = _page(request)
     rows, total, age = await browse.queues_page(request.app.ctx.store, search, limit, offset)
     return json({
@@ -60,7 +62,7 @@ async def queues(request: Request):
 
 
 @bp.get("/api/v1/browse/queues/<queue:str>", unquote=True)
-async def queue(request: Request, queue: str):
+async def queue(request: BrokerRequest, queue: str):
     row = await browse.queue_header(request.app.ctx.store, queue)
     if row is None:
         return error("Queue not found", 404)
@@ -71,7 +73,7 @@ async def queue(request: Request, queue: str):
 
 
 @bp.get("/api/v1/browse/queues/<queue:str>/partitions", unquote=True)
-async def partitions(request: Request, queue: str):
+async def partitions(request: BrokerRequest, queue: str):
     search, limit, offset = _page(request)
     store = request.app.ctx.store
     if await browse.queue_header(store, queue) is None:
@@ -89,7 +91,7 @@ async def partitions(request: Request, queue: str):
 
 
 @bp.get("/api/v1/browse/consumer-groups")
-async def groups(request: Request):
+async def groups(request: BrokerRequest):
     search, limit, offset = _page(request)
     rows, total = await browse.groups_page(request.app.ctx.store, search, limit, offset)
     return json({
@@ -104,7 +106,7 @@ async def groups(request: Request):
 
 
 @bp.get("/api/v1/browse/consumer-groups/<group:str>/queues/<queue:str>", unquote=True)
-async def group_lag(request: Request, group: str, queue: str):
+async def group_lag(request: BrokerRequest, group: str, queue: str):
     _search, limit, offset = _page(request)
     rows, total, sub = await browse.group_lag_page(request.app.ctx.store, group, queue,
                                                    limit, offset)
@@ -127,7 +129,7 @@ async def group_lag(request: Request, group: str, queue: str):
 
 
 @bp.get("/api/v1/browse/queues/<queue:str>/partitions/<partition:str>/messages", unquote=True)
-async def partition_messages(request: Request, queue: str, partition: str):
+async def partition_messages(request: BrokerRequest, queue: str, partition: str):
     """A partition's messages in position order from ``fromPosition`` (default 0) or from
     the first one created at or after ``from`` (ISO-8601); ``limit`` (50, at most 500).
     ``next`` is the position to ask for the following page (None at the end)."""

@@ -3,17 +3,14 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import time
 import uuid
-from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 from broker.core.errors import BadRequest
 from broker.core.ids import is_uuid
-from broker.core.telemetry import telemetry
 from broker.core.times import iso_milli, parse_timestamp
-from broker.http.wire.messages import q_str
+from broker.http.wire.common import q_str
 
 MAX_RANGE = dt.timedelta(days=92)
 
@@ -85,43 +82,3 @@ def plain(value: Any) -> Any:
     if hasattr(value, "items") and hasattr(value, "keys"):  # asyncpg.Record
         return {k: plain(v) for k, v in value.items()}
     return value
-
-
-class RateMeter:
-    """Per-second rate of a growing counter over about the last ``window`` seconds,
-    from samples taken whenever it is read (lifetime average until a sample is
-    at least a second old)."""
-
-    def __init__(self, window: float = 60.0):
-        self.window = window
-        self.samples: deque[tuple[float, float]] = deque()
-
-    def rate(self, value: float) -> float:
-        now = time.monotonic()
-        if not self.samples or now - self.samples[-1][0] >= 1.0:
-            self.samples.append((now, value))
-        while len(self.samples) > 2 and now - self.samples[1][0] >= self.window:
-            self.samples.popleft()
-        t0, v0 = self.samples[0]
-        if now - t0 < 1.0:
-            uptime = max(time.time() - telemetry.started_at, 1e-3)
-            return round(value / uptime, 3)
-        return round((value - v0) / (now - t0), 3)
-
-
-PROCESSED_KEYS = ("acked_completed", "acked_success", "dlq")
-
-
-def processed_total() -> int:
-    """Messages this broker saw acknowledged (completed or dead-lettered)."""
-    return sum(telemetry.messages.get(k, 0) for k in PROCESSED_KEYS)
-
-
-def pushed_total() -> int:
-    """Messages this broker accepted (written or spooled)."""
-    return telemetry.messages.get("queued", 0) + telemetry.messages.get("buffered", 0)
-
-
-processed_rate = RateMeter()
-pushed_rate = RateMeter()
-requests_rate = RateMeter()

@@ -7,19 +7,20 @@ and the peers, like a push would.
 """
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
 from broker.core.errors import BadRequest
 from broker.core.times import iso_milli, parse_timestamp
 from broker.http.responses import args, error, json, read_json
 from broker.http.routes.ops.common import plain
-from broker.http.wire.messages import body_object, q_bool, q_int
+from broker.http.types import BrokerRequest
+from broker.http.wire.common import body_object, q_bool, q_int
 from broker.store import ops
 
 bp = Blueprint("ops_consumer_groups")
 
 
-def _announce(request: Request, pairs) -> None:
+def _announce(request: BrokerRequest, pairs) -> None:
     """Partitions that have messages after a group's (new) cursor: wake parked
     pops and mark them in the hot-list (and on the peers)."""
     pairs = sorted(set(pairs))
@@ -28,13 +29,13 @@ def _announce(request: Request, pairs) -> None:
 
 
 @bp.get("/api/v1/consumer-groups")
-async def list_groups(request: Request):
+async def list_groups(request: BrokerRequest):
     groups = await ops.consumer_groups(request.app.ctx.store)
     return json([plain(g) for g in groups])
 
 
 @bp.get("/api/v1/consumer-groups/lagging")
-async def lagging(request: Request):
+async def lagging(request: BrokerRequest):
     """Cursor rows whose oldest unconsumed message is older than minLagSeconds (3600)."""
     min_lag = q_int(args(request), "minLagSeconds", 3600, minimum=0)
     rows = await ops.cursor_rows(request.app.ctx.store, min_lag_seconds=float(min_lag))
@@ -51,7 +52,7 @@ async def lagging(request: Request):
 
 
 @bp.get("/api/v1/consumer-groups/<group:str>", unquote=True)
-async def get_group(request: Request, group: str):
+async def get_group(request: BrokerRequest, group: str):
     """Per queue, the group's partitions; ``{}`` for a group without cursors."""
     rows = await ops.cursor_rows(request.app.ctx.store, group=group)
     out: dict[str, dict] = {}
@@ -71,7 +72,7 @@ async def get_group(request: Request, group: str):
     return json(out)
 
 
-async def _delete(request: Request, group: str, queue: str | None):
+async def _delete(request: BrokerRequest, group: str, queue: str | None):
     delete_metadata = q_bool(args(request), "deleteMetadata", True)
     gone, meta = await ops.delete_group(request.app.ctx.store, group, queue, delete_metadata)
     if delete_metadata:  # let this broker store the group's subscription again
@@ -87,17 +88,17 @@ async def _delete(request: Request, group: str, queue: str | None):
 
 
 @bp.delete("/api/v1/consumer-groups/<group:str>", unquote=True)
-async def delete_group(request: Request, group: str):
+async def delete_group(request: BrokerRequest, group: str):
     return await _delete(request, group, None)
 
 
 @bp.delete("/api/v1/consumer-groups/<group:str>/queues/<queue:str>", unquote=True)
-async def delete_group_queue(request: Request, group: str, queue: str):
+async def delete_group_queue(request: BrokerRequest, group: str, queue: str):
     return await _delete(request, group, queue)
 
 
 @bp.post("/api/v1/consumer-groups/<group:str>/subscription", unquote=True)
-async def update_subscription(request: Request, group: str):
+async def update_subscription(request: BrokerRequest, group: str):
     """Rewrite the group's stored subscription timestamp; cursors stay where they are."""
     raw = body_object(read_json(request)).get("subscriptionTimestamp")
     if raw is None or raw == "":
@@ -111,7 +112,7 @@ async def update_subscription(request: Request, group: str):
 
 
 @bp.post("/api/v1/consumer-groups/<group:str>/queues/<queue:str>/seek", unquote=True)
-async def seek(request: Request, group: str, queue: str):
+async def seek(request: BrokerRequest, group: str, queue: str):
     body = body_object(read_json(request))
     to_end = body.get("toEnd")
     raw_ts = body.get("timestamp")
@@ -137,7 +138,7 @@ async def seek(request: Request, group: str, queue: str):
 
 @bp.post("/api/v1/consumer-groups/<group:str>/queues/<queue:str>/partitions/<partition:str>/seek",
          unquote=True)
-async def seek_partition(request: Request, group: str, queue: str, partition: str):
+async def seek_partition(request: BrokerRequest, group: str, queue: str, partition: str):
     """Move the group's cursor on one partition to its newest message (creating the
     cursor row when the group has none there), releasing the lease."""
     row = await ops.seek_partition(request.app.ctx.store, group, queue, partition)

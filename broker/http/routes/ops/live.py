@@ -11,15 +11,20 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
 from actors.live_series import THROUGHPUT_SECONDS
 from broker.core.times import iso_milli
 from broker.http.responses import args, json
-from broker.http.wire.messages import q_int
+from broker.http.types import BrokerRequest
+from broker.http.wire.common import q_int
 from broker.service.drain import spool_stats
 from broker.service.gauges import cluster_backlog
+
+if TYPE_CHECKING:
+    from broker.service.context import BrokerContext
 
 bp = Blueprint("ops_live")
 
@@ -29,7 +34,7 @@ def _iso(seconds: float | None) -> str | None:
 
 
 @bp.get("/api/v1/live/throughput")
-async def throughput(request: Request):
+async def throughput(request: BrokerRequest):
     seconds = q_int(args(request), "seconds", THROUGHPUT_SECONDS, minimum=1,
                     maximum=THROUGHPUT_SECONDS)
     points = await request.app.ctx.live.throughput_series(seconds)
@@ -50,7 +55,7 @@ async def throughput(request: Request):
 
 
 @bp.get("/api/v1/live/queues/<queue:str>/depth", unquote=True)
-async def depth(request: Request, queue: str):
+async def depth(request: BrokerRequest, queue: str):
     live = request.app.ctx.live
     points = await live.depth_series(queue)
     stats = await live.stats()
@@ -59,9 +64,9 @@ async def depth(request: Request, queue: str):
                  "t": [round(t, 3) for t, _ in points], "pending": [d for _, d in points]})
 
 
-async def _jobs(app) -> list[dict]:
+async def _jobs(ctx: BrokerContext) -> list[dict]:
     out = []
-    for name, job in (getattr(app.ctx, "jobs", None) or {}).items():
+    for name, job in ctx.jobs.items():
         s = await job.stats()
         last = s.get("lastResult") or {}
         out.append({"job": name, "intervalMs": s["intervalMs"], "cycles": s["cycles"],
@@ -74,7 +79,7 @@ async def _jobs(app) -> list[dict]:
 
 
 @bp.get("/api/v1/live/cluster")
-async def cluster(request: Request):
+async def cluster(request: BrokerRequest):
     app = request.app
     settings = app.ctx.settings
     mesh = app.ctx.mesh.stats() if app.ctx.mesh is not None else None
@@ -92,5 +97,5 @@ async def cluster(request: Request):
                   "pendingBytes": spool["pendingBytes"], "healthy": spool["healthy"]},
         "spoolBacklog": await cluster_backlog(app.ctx),
         "parkedPops": await app.ctx.waiters_proxy.parked_count(),
-        "jobs": await _jobs(app),
+        "jobs": await _jobs(app.ctx),
     })

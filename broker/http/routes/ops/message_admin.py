@@ -1,13 +1,14 @@
 """Message browsing for operators (docs/wire-contract.md §13): list, detail, delete."""
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
 from broker.core.errors import BadRequest
 from broker.core.times import iso_milli
 from broker.http.responses import args, json
 from broker.http.routes.ops.common import path_uuid, time_range
-from broker.http.wire.messages import MAX_NAME, q_int, q_str
+from broker.http.types import BrokerRequest
+from broker.http.wire.common import MAX_NAME, q_int, q_str
 from broker.store import ops
 
 bp = Blueprint("ops_messages")
@@ -29,7 +30,7 @@ def _filter(a, name: str) -> str | None:
 
 
 @bp.get("/api/v1/messages")
-async def list_messages(request: Request):
+async def list_messages(request: BrokerRequest):
     a = args(request)
     status = q_str(a, "status")
     if status is not None and status not in STATUSES:
@@ -62,7 +63,7 @@ async def list_messages(request: Request):
 
 
 @bp.get("/api/v1/messages/<partition_id:str>/<transaction_id:str>", unquote=True)
-async def get_message(request: Request, partition_id: str, transaction_id: str):
+async def get_message(request: BrokerRequest, partition_id: str, transaction_id: str):
     path_uuid(partition_id, "partitionId")
     msg, groups, dead = await ops.message_detail(request.app.ctx.store, partition_id,
                                                  transaction_id)
@@ -103,7 +104,7 @@ async def get_message(request: Request, partition_id: str, transaction_id: str):
 
 
 @bp.delete("/api/v1/messages/<partition_id:str>/<transaction_id:str>", unquote=True)
-async def delete_message(request: Request, partition_id: str, transaction_id: str):
+async def delete_message(request: BrokerRequest, partition_id: str, transaction_id: str):
     """Delete one message; its dead letters and traces go with it (cascade)."""
     path_uuid(partition_id, "partitionId")
     deleted = await ops.delete_message(request.app.ctx.store, partition_id, transaction_id)
@@ -124,7 +125,7 @@ MOVE_REFUSED = {
 
 
 @bp.post("/api/v1/messages/<partition_id:str>/<transaction_id:str>/dlq", unquote=True)
-async def move_to_dlq(request: Request, partition_id: str, transaction_id: str):
+async def move_to_dlq(request: BrokerRequest, partition_id: str, transaction_id: str):
     """Dead-letter a message for queue mode (no body needed)."""
     path_uuid(partition_id, "partitionId")
     outcome = await ops.move_to_dlq(request.app.ctx.store, partition_id, transaction_id,

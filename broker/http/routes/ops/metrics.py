@@ -4,30 +4,22 @@
 The Prometheus page is rendered by prometheus-client from a registry built per
 request: the async figures (spool stats, database counts) are gathered first
 into a snapshot, then a synchronous collector turns the snapshot into metric
-families. Request latency is observed into a Histogram through the
-``telemetry.latency_hooks`` hook registered at import.
+families. The latency histograms, the rate meters and the process figures are
+the telemetry's (broker/core/telemetry.py): this module only reads and renders.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
-import psutil
 from loguru import logger
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from sanic import Blueprint, Request
+from sanic import Blueprint
 from sanic.response import HTTPResponse
 
 from broker.core.telemetry import telemetry
 from broker.http.responses import json
-from broker.http.routes.ops.common import (
-    processed_rate,
-    processed_total,
-    pushed_rate,
-    pushed_total,
-    requests_rate,
-)
+from broker.http.types import BrokerApp, BrokerRequest
 from broker.service import state_ops
 from broker.service.drain import spool_stats
 from broker.service.gauges import gauges
@@ -38,49 +30,8 @@ bp = Blueprint("ops_metrics")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-REQUEST_DURATION = Histogram(
-    "queen_http_request_duration_seconds", "HTTP request latency by route",
-    ["route"], registry=None,
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
 
-
-def _observe(route: str, seconds: float) -> None:
-    REQUEST_DURATION.labels(route).observe(seconds)
-
-
-if _observe not in telemetry.latency_hooks:
-    telemetry.latency_hooks.append(_observe)
-
-CYCLE_DURATION = Histogram(
-    "queen_stream_cycle_duration_seconds",
-    "Committed streams cycles on this broker: time of the one cycle statement, pool wait "
-    "included", registry=None,
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-
-if CYCLE_DURATION.observe not in telemetry.cycle_hooks:
-    telemetry.cycle_hooks.append(CYCLE_DURATION.observe)
-
-_process = psutil.Process(os.getpid())
-
-
-def _process_figures() -> dict[str, float]:
-    try:
-        cpu = _process.cpu_times()
-        mem = _process.memory_info()
-        return {"cpu_user": cpu.user, "cpu_system": cpu.system, "rss": mem.rss, "vms": mem.vms,
-                "threads": _process.num_threads(), "cpu_percent": _process.cpu_percent(None)}
-    except psutil.Error:  # pragma: no cover - the process reads itself
-        return {}
-
-
-def _pool_waiting(pool) -> int:
-    """Acquirers waiting for a pooled connection (asyncpg keeps them on its queue)."""
-    queue = getattr(pool, "_queue", None)
-    getters = getattr(queue, "_getters", None)
-    return len(getters) if getters is not None else 0
-
-
-def wants_prometheus_text(request: Request) -> bool:
+def wants_prometheus_text(request: BrokerRequest) -> bool:
     """A Prometheus scraper (or promtool via curl -H) asks for the text format in
     its Accept header; the official client and browsers send */* and get JSON."""
     accept = request.headers.get("accept", "").lower()
@@ -88,34 +39,37 @@ def wants_prometheus_text(request: Request) -> bool:
 
 
 @bp.get("/metrics")
-async def metrics_json(request: Request):
+async def metrics_json(request: BrokerRequest) -> HTTPResponse:
     """JSON (docs/wire-contract.md §15.2) by default; Prometheus text for a scraper, so a
     scrape job pointed at /metrics works as well as one at /metrics/prometheus."""
     if wants_prometheus_text(request):
-        return await metrics_prometheus(request)
+        return await prometheus_response(request.app)
     g = gauges(request.app.ctx)
     snap = telemetry.snapshot()
     total_requests = sum(snap["requests"].values())
-    proc = _process_figures()
+    proc = telemetry.process.figures()
     spool = await spool_stats(request.app.ctx)
+    queues: dict[str, dict] | None
+    state: dict[str, Any] | None
     try:
         queues = await ops.queue_stats(request.app.ctx.store)
         state = await state_ops.metric_figures(request.app.ctx)
     except (StoreUnavailable, StoreError) as exc:  # the process figures still answer
         logger.warning("metrics: database figures unavailable: {}", exc)
         queues = state = None
+    rates = telemetry.rates(total_requests)
     return json({
         "uptime": snap["uptime_s"],
-        "requests": {"total": total_requests, "rate": requests_rate.rate(total_requests),
+        "requests": {"total": total_requests, "rate": rates["requests"],
                      "errors": sum(snap["errors"].values())},
-        "messages": {"total": pushed_total(), "rate": pushed_rate.rate(pushed_total()),
-                     "processed": processed_total(),
-                     "processedRate": processed_rate.rate(processed_total()),
+        "messages": {"total": telemetry.pushed_total(), "rate": rates["pushed"],
+                     "processed": telemetry.processed_total(),
+                     "processedRate": rates["processed"],
                      "byStatus": snap["messages"]},
         "database": {"poolSize": g["db_pool_size"], "maxPoolSize": g["db_pool_max"],
                      "idleConnections": g["db_pool_idle"],
                      "activeConnections": g["db_pool_size"] - g["db_pool_idle"],
-                     "waitingRequests": _pool_waiting(request.app.ctx.store.pool)},
+                     "waitingRequests": request.app.ctx.store.pool_waiting()},
         "memory": {"rss": proc.get("rss", 0), "vms": proc.get("vms", 0)},
         "cpu": {"user": proc.get("cpu_user", 0), "system": proc.get("cpu_system", 0),
                 "percent": proc.get("cpu_percent", 0), "threads": proc.get("threads", 0)},
@@ -132,11 +86,11 @@ async def metrics_json(request: Request):
     })
 
 
-async def snapshot(app) -> dict[str, Any]:
+async def snapshot(app: BrokerApp) -> dict[str, Any]:
     """Every figure of the Prometheus page, gathered before rendering."""
     snap: dict[str, Any] = {"gauges": gauges(app.ctx), "telemetry": telemetry.snapshot(),
-                            "process": _process_figures(),
-                            "pool_waiting": _pool_waiting(app.ctx.store.pool)}
+                            "process": telemetry.process.figures(),
+                            "pool_waiting": app.ctx.store.pool_waiting()}
     try:
         snap["spool"] = await spool_stats(app.ctx)
     except Exception as exc:  # the spool actor stopped: report what we can
@@ -359,13 +313,17 @@ def state_families(st: dict[str, Any], gauge, counter):
 def render(snap: dict[str, Any]) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(snap))
-    registry.register(REQUEST_DURATION)
-    registry.register(CYCLE_DURATION)
+    registry.register(telemetry.request_duration)
+    registry.register(telemetry.cycle_duration)
     return generate_latest(registry)
 
 
 @bp.get("/metrics/prometheus")
-async def metrics_prometheus(request: Request):
-    body = render(await snapshot(request.app))
-    return HTTPResponse(body, status=200, content_type=CONTENT_TYPE)
+async def metrics_prometheus(request: BrokerRequest) -> HTTPResponse:
+    return await prometheus_response(request.app)
+
+
+async def prometheus_response(app: BrokerApp) -> HTTPResponse:
+    """The Prometheus page of ``app`` (both routes answer it)."""
+    return HTTPResponse(render(await snapshot(app)), status=200, content_type=CONTENT_TYPE)
 

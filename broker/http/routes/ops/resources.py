@@ -2,13 +2,14 @@
 §10.4–§10.7): namespaces, tasks, overview, partitions, depth."""
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
 from broker.core.errors import BadRequest
 from broker.core.times import iso_milli
 from broker.http.responses import args, error, json
 from broker.http.routes.ops.common import now_utc
-from broker.http.wire.messages import MAX_NAME, q_int, q_str
+from broker.http.types import BrokerRequest
+from broker.http.wire.common import MAX_NAME, q_int, q_str
 from broker.store import analytics, ops
 
 bp = Blueprint("ops_resources")
@@ -20,7 +21,7 @@ def _messages(r) -> dict:
             "deadLetter": r["dead_letter"]}
 
 
-async def _dimension(request: Request, dim: str, plural: str):
+async def _dimension(request: BrokerRequest, dim: str, plural: str):
     rows, age = await ops.dimension(request.app.ctx.store, dim)
     return json({plural: [{dim: r["key"], "queues": r["queues"], "partitions": r["partitions"],
                            "messages": _messages(r)} for r in rows],
@@ -28,19 +29,19 @@ async def _dimension(request: Request, dim: str, plural: str):
 
 
 @bp.get("/api/v1/resources/namespaces")
-async def namespaces(request: Request):
+async def namespaces(request: BrokerRequest):
     """Namespaces (non-empty), counters from queen.stats once populated."""
     return await _dimension(request, "namespace", "namespaces")
 
 
 @bp.get("/api/v1/resources/tasks")
-async def tasks(request: Request):
+async def tasks(request: BrokerRequest):
     """Tasks (non-empty), counters from queen.stats once populated."""
     return await _dimension(request, "task", "tasks")
 
 
 @bp.get("/api/v1/resources/overview")
-async def overview(request: Request):
+async def overview(request: BrokerRequest):
     store = request.app.ctx.store
     o = await ops.overview(store)
     recent, max_lag_ms = await analytics.overview_rates(store)
@@ -63,7 +64,7 @@ async def overview(request: Request):
 
 
 @bp.get("/api/v1/resources/partitions")
-async def partitions(request: Request):
+async def partitions(request: BrokerRequest):
     """Partitions (of ``queue``) with at least ``minDepth`` pending messages; exact."""
     a = args(request)
     queue = q_str(a, "queue")
@@ -83,7 +84,7 @@ async def partitions(request: Request):
 
 
 @bp.get("/api/v1/resources/queues/<queue:str>/depth", unquote=True)
-async def depth(request: Request, queue: str):
+async def depth(request: BrokerRequest, queue: str):
     """Backlog per partition after a group's cursor (``group``) or the effective
     cursor (queue mode's, else the least advanced group's). Exact."""
     group = q_str(args(request), "group")

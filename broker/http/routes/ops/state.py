@@ -7,34 +7,35 @@ and timer overviews are this broker's own. The timer list, peek and cancel route
 routes/timers.py."""
 from __future__ import annotations
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
 from broker.http.responses import args, json, read_json
-from broker.http.wire.state import parse_kv_listing, parse_locks_listing
+from broker.http.types import BrokerRequest
+from broker.http.wire.listings import parse_kv_listing, parse_locks_listing
 from broker.service import state_ops as service
 
 bp = Blueprint("ops_state")
 
 
 @bp.get("/api/v1/resources/kv/namespaces")
-async def kv_namespaces(request: Request):
+async def kv_namespaces(request: BrokerRequest):
     return json(await service.kv_namespaces(request.app.ctx))
 
 
 @bp.post("/api/v1/resources/kv/list")
-async def kv_list(request: Request):
+async def kv_list(request: BrokerRequest):
     q = parse_kv_listing(read_json(request), service.KV_PAGE_DEFAULT, service.KV_PAGE_MAX)
     return json(await service.kv_list(request.app.ctx, q.namespace, q.prefix, q.after,
                                       q.limit, q.include_expired, q.keys_only))
 
 
 @bp.get("/api/v1/resources/locks")
-async def locks(request: Request):
+async def locks(request: BrokerRequest):
     prefix, after, limit = parse_locks_listing(args(request), service.LOCKS_PAGE_DEFAULT,
                                                service.LOCKS_PAGE_MAX)
     return json(await service.locks(request.app.ctx, prefix, after, limit))
 
 
 @bp.get("/api/v1/resources/timers")
-async def timers(request: Request):
+async def timers(request: BrokerRequest):
     return json(await service.timers(request.app.ctx))

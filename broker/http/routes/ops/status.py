@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
 from broker.core.errors import BadRequest
 from broker.core.telemetry import telemetry
@@ -17,7 +17,9 @@ from broker.http.routes.ops.common import (
     series,
     time_range,
 )
-from broker.http.wire.messages import MAX_NAME, q_int, q_str
+from broker.http.types import BrokerRequest
+from broker.http.wire.common import MAX_NAME, q_int, q_str
+from broker.http.wire.queues import figure_totals, partition_figures, queue_summary
 from broker.service import analytics
 from broker.service.drain import spool_stats
 from broker.store import ops
@@ -41,14 +43,8 @@ def _range(since: dt.datetime, until: dt.datetime) -> dict:
     return {"from": iso_milli(since), "to": iso_milli(until)}
 
 
-def _messages(r) -> dict:
-    return {"total": r["total"], "pending": r["pending"], "processing": r["processing"],
-            "completed": r["completed"], "failed": r["dead_letter"],
-            "deadLetter": r["dead_letter"]}
-
-
 @bp.get("/api/v1/status")
-async def status(request: Request):
+async def status(request: BrokerRequest):
     """Throughput per bucket (newest first) from the collector's rows, queues,
     message figures, leases, dead letters, workers, lifetime errors."""
     a = args(request)
@@ -62,38 +58,27 @@ async def status(request: Request):
 
 
 @bp.get("/api/v1/status/queues")
-async def status_queues(request: Request):
+async def status_queues(request: BrokerRequest):
     a = args(request)
     _queue, namespace, task = _scope(a)
     time_range(a)  # validated; queue listings are not time-bound
     limit = q_int(a, "limit", 100, minimum=1, maximum=1000)
     offset = q_int(a, "offset", 0, minimum=0)
     rows = await ops.queues_status(request.app.ctx.store, namespace, task, limit, offset)
-    return json({"queues": [{
-        "id": str(r["id"]), "name": r["name"], "namespace": r["namespace"], "task": r["task"],
-        "priority": r["priority"], "createdAt": iso_milli(r["created_at"]),
-        "partitions": r["partitions"],
-        "messages": {"total": r["total"], "pending": r["pending"],
-                     "processing": r["processing"], "completed": r["completed"],
-                     "deadLetter": r["dead_letter"]},
-    } for r in rows], "pagination": {"limit": limit, "offset": offset,
-                                     "total": rows[0]["full_count"] if rows else None}})
+    return json({"queues": [queue_summary(r) for r in rows],
+                 "pagination": {"limit": limit, "offset": offset,
+                                "total": rows[0]["full_count"] if rows else None}})
 
 
 @bp.get("/api/v1/status/queues/<queue:str>", unquote=True)
-async def status_queue(request: Request, queue: str):
+async def status_queue(request: BrokerRequest, queue: str):
     q, parts = await ops.queue_status(request.app.ctx.store, queue)
     if q is None:
         return error("Queue not found", 404)
-    keys = ("total", "pending", "processing", "completed", "failed", "deadLetter")
-    totals = dict.fromkeys(keys, 0)
+    figures = [partition_figures(p) for p in parts]
+    totals = figure_totals(figures)
     partitions = []
-    for p in parts:
-        m = {"total": p["total"], "pending": p["pending"], "processing": p["processing"],
-             "completed": p["completed"], "failed": p["dead_letter"],
-             "deadLetter": p["dead_letter"]}
-        for k in keys:
-            totals[k] += m[k]
+    for p, m in zip(parts, figures):
         last = iso_milli(p["last_consumed_at"] or p["cursor_updated_at"])
         partitions.append({
             "id": str(p["partition_id"]), "name": p["partition_name"],
@@ -128,7 +113,7 @@ async def status_queue(request: Request, queue: str):
 
 
 @bp.get("/api/v1/status/queues/<queue:str>/messages", unquote=True)
-async def status_queue_messages(request: Request, queue: str):
+async def status_queue_messages(request: BrokerRequest, queue: str):
     """The queue's newest messages (a JSON array, docs/wire-contract.md §14.3)."""
     a = args(request)
     limit = q_int(a, "limit", 50, minimum=1, maximum=1000)
@@ -148,7 +133,7 @@ async def status_queue_messages(request: Request, queue: str):
 
 
 @bp.get("/api/v1/status/analytics")
-async def status_analytics(request: Request):
+async def status_analytics(request: BrokerRequest):
     a = args(request)
     queue, namespace, task = _scope(a)
     interval, minutes = interval_minutes(a)
@@ -176,7 +161,7 @@ async def status_analytics(request: Request):
 
 
 @bp.get("/api/v1/status/buffers")
-async def buffers(request: Request):
+async def buffers(request: BrokerRequest):
     app = request.app
     stats = await spool_stats(app.ctx)
     return json({"pending": stats.get("pendingCount", 0), "failed": stats.get("failedCount", 0),

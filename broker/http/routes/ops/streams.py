@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
 from broker.core.times import iso_milli
 from broker.http.responses import args, error, json
-from broker.http.wire.messages import MAX_NAME, q_int
+from broker.http.types import BrokerRequest
+from broker.http.wire.common import MAX_NAME, q_int
 from broker.service import streams as service
 
 bp = Blueprint("ops_streams")
@@ -34,7 +35,7 @@ def _query(r: Any) -> dict:
 
 
 @bp.get("/api/v1/status/streams")
-async def streams_status(request: Request):
+async def streams_status(request: BrokerRequest):
     rows = await service.status(request.app.ctx)
     return json({"queries": [_query(r) for r in rows],
                  "totals": {"queries": len(rows),
@@ -44,7 +45,7 @@ async def streams_status(request: Request):
 
 
 @bp.get("/api/v1/status/streams/<name:str>", unquote=True)
-async def stream_status(request: Request, name: str):
+async def stream_status(request: BrokerRequest, name: str):
     if len(name) > MAX_NAME:
         return error(f"name must be at most {MAX_NAME} characters", 400)
     limit = q_int(args(request), "limit", 100, minimum=1, maximum=MAX_PARTITIONS)

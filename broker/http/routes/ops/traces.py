@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
-from sanic import Blueprint, Request
+from sanic import Blueprint
 
 from broker.core.domain import QUEUE_MODE
 from broker.core.errors import BadRequest
 from broker.core.times import iso_milli, parse_timestamp
 from broker.http.responses import args, error, json, read_json
 from broker.http.routes.ops.common import path_uuid
-from broker.http.wire.messages import MAX_NAME, body_object, q_int, q_str
+from broker.http.types import BrokerRequest
+from broker.http.wire.common import MAX_NAME, body_object, q_int, q_str
 from broker.store import ops
 
 bp = Blueprint("ops_traces")
@@ -53,7 +54,7 @@ def _trace(r) -> dict:
 
 
 @bp.post("/api/v1/traces")
-async def add_trace(request: Request):
+async def add_trace(request: BrokerRequest):
     body = body_object(read_json(request))
     txid, pid = body.get("transactionId"), body.get("partitionId")
     if not isinstance(txid, str) or not txid or not isinstance(pid, str) or not pid:
@@ -77,7 +78,7 @@ async def add_trace(request: Request):
 
 
 @bp.get("/api/v1/traces/names")
-async def trace_names(request: Request):
+async def trace_names(request: BrokerRequest):
     a = args(request)
     limit = q_int(a, "limit", 50, minimum=1, maximum=1000)
     offset = q_int(a, "offset", 0, minimum=0)
@@ -91,18 +92,18 @@ async def trace_names(request: Request):
 
 
 @bp.get("/api/v1/traces/by-name/<name:str>", unquote=True)
-async def traces_by_name(request: Request, name: str):
+async def traces_by_name(request: BrokerRequest, name: str):
     return await _by_name(request, name)
 
 
 @bp.get("/api/v1/traces/by-name/<name:path>", name="traces_by_name_with_slash")
-async def traces_by_name_with_slash(request: Request, name: str):
+async def traces_by_name_with_slash(request: BrokerRequest, name: str):
     """Names containing '/' (clients leave it unencoded). The router does not
     unquote path-typed parameters, so decode here."""
     return await _by_name(request, unquote(name))
 
 
-async def _by_name(request: Request, name: str):
+async def _by_name(request: BrokerRequest, name: str):
     a = args(request)
     limit = q_int(a, "limit", 100, minimum=1, maximum=1000)
     offset = q_int(a, "offset", 0, minimum=0)
@@ -115,7 +116,7 @@ async def _by_name(request: Request, name: str):
 
 
 @bp.get("/api/v1/traces/<partition_id:str>/<transaction_id:str>", unquote=True)
-async def traces_for_message(request: Request, partition_id: str, transaction_id: str):
+async def traces_for_message(request: BrokerRequest, partition_id: str, transaction_id: str):
     path_uuid(partition_id, "partitionId")
     rows = await ops.traces_for_message(request.app.ctx.store, partition_id, transaction_id)
     if rows is None:

@@ -1,0 +1,261 @@
+"""The spool actor: composes the parts of :mod:`actors.spool` and runs the drain.
+
+* The actor (its inbox) owns the active ``.tmp`` file (:class:`SpoolWriter`):
+  ``append``, ``finalize``, ``pause``/``resume``, ``stats`` and the
+  quarantine's operator messages.
+* The drain task owns the ``.buf`` files: every ``flush_ms`` (or when kicked) it
+  registers this spool's backlog (:class:`Registration`), asks the actor
+  through the inbox to finalize the active file, then uploads finished files
+  oldest first (:class:`Uploader`) outside the actor, so a slow database never
+  blocks appends. ``recover()`` and the drain share a lock, so two uploads
+  never run at once.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from actors.runtime import AsyncioActor
+from actors.spool.backlog import SpoolBacklog
+from actors.spool.files import SpoolFiles, list_buf_files
+from actors.spool.health import DrainHealth
+from actors.spool.order import Register, Registration
+from actors.spool.quarantine import QuarantineDesk
+from actors.spool.stats import dir_usage, figures
+from actors.spool.upload import Upload, Uploader
+from actors.spool.writer import SpoolWriter
+
+__all__ = ["RECOVER_LIMIT_S", "Spool"]
+
+RECOVER_LIMIT_S = 3600.0
+
+
+class Spool(AsyncioActor):
+    """The disk spool of one broker process; see the package docstring."""
+
+    def __init__(self, directory: Path | str, *, upload: Upload,
+                 replay: Callable[[list[dict]], Awaitable[Any]],
+                 register: Register | None = None,
+                 events_per_file: int = 10000, flush_ms: int = 100,
+                 max_bytes: int = 1 << 30,
+                 is_transient: Callable[[BaseException], bool],
+                 start_paused: bool = False, clock: Callable[[], float] = time.time,
+                 files_per_cycle: int = 10, quarantine_after: int = 5,
+                 cooldown_after: int = 10, cooldown_s: float = 5.0,
+                 recover_limit_s: float = RECOVER_LIMIT_S,
+                 on_uploaded: Callable[[int], None] | None = None,
+                 owner: str = "queen"):
+        super().__init__()
+        self.directory = Path(directory)
+        self.failed_dir = self.directory / "failed"
+        self.backlog = SpoolBacklog()
+        self.files = SpoolFiles(self.backlog)
+        self.quarantine = QuarantineDesk(self.directory / "quarantine", replay)
+        self.health = DrainHealth(cooldown_after, cooldown_s)
+        self.registration = Registration(register, self.files, self.health)
+        self.writer = SpoolWriter(self.directory, self.files, events_per_file=events_per_file,
+                                  max_bytes=max_bytes, clock=clock)
+        self.uploader = Uploader(self.files, self.quarantine, self.registration, self.health,
+                                 upload=upload, is_transient=is_transient,
+                                 accept_floor=self.writer.accept_floor,
+                                 failed_dir=self.failed_dir, quarantine_after=quarantine_after,
+                                 on_uploaded=on_uploaded)
+        self.paused = start_paused
+        self._flush_s = max(0.001, flush_ms / 1000)
+        self._files_per_cycle = max(1, files_per_cycle)
+        self._recover_limit_s = recover_limit_s
+        self._owner = owner
+        self.spool_id = owner  # read from (or written to) the directory at start
+        self._drain_lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._self: Any = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def on_start(self) -> None:
+        # Start-up only, before HTTP is served: scanning here keeps the counts
+        # exact from the first request.
+        try:
+            self.writer.make_dirs()
+        except OSError as exc:
+            self.writer.healthy = False
+            logger.error("spool: cannot create {}: {}", self.directory, exc)
+        else:
+            self.writer.scan_existing()
+            self.quarantine.recount()
+            self.spool_id = _read_spool_id(self.directory, self._owner)
+        self._self = self.actor_ref.proxy()
+        self._task = asyncio.get_running_loop().create_task(self._drain_loop(), name="spool-drain")
+        logger.info("spool: {} ({} event(s) pending in {} partition(s), cap {} MB{})",
+                    self.directory, self.files.pending, self.backlog.partitions(),
+                    round(self.writer.max_bytes / (1 << 20)), ", paused" if self.paused else "")
+
+    async def on_stop(self) -> None:  # type: ignore[override]  # see AsyncioActor.on_stop
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.writer.finalize_active()
+        await self.registration.last()
+
+    def identity(self) -> str:
+        """This spool's name in queen.spool_backlog (and the upload ledger)."""
+        return self.spool_id
+
+    def backlog_ref(self) -> SpoolBacklog:
+        """The live :class:`SpoolBacklog` itself (not a copy): callers holding
+        only a proxy fetch it once and then read it synchronously."""
+        return self.backlog
+
+    # -- writing -------------------------------------------------------------------
+
+    async def append(self, events: list[dict], registered: bool = False) -> None:
+        """Write every event of one push, or none of them (raises SpoolError,
+        SpoolFull when the cap would be passed); see SpoolWriter.append.
+        ``registered``: PostgreSQL already lists this broker as holding these
+        partitions (a held push)."""
+        if not events:
+            return
+        if registered:
+            self.registration.held_push()  # even if the write fails: PostgreSQL lists us now
+        await self.writer.append(events)
+
+    async def finalize(self) -> bool:
+        """Close the active file: rename it to ``.buf`` (drainable), or delete it
+        when it holds no events. True when a file became drainable."""
+        return await self.writer.finalize()
+
+    # -- maintenance ---------------------------------------------------------------
+
+    def pause(self) -> None:
+        """Push maintenance on: the drain does nothing (no finalizing, no upload)."""
+        self.paused = True
+
+    async def resume(self) -> None:
+        """Push maintenance off: finalize the active file and drain at once."""
+        self.paused = False
+        await self.finalize()
+        self._wake.set()
+
+    def kick(self) -> None:
+        """Run the next drain cycle now."""
+        self._wake.set()
+
+    # -- draining --------------------------------------------------------------------
+
+    async def recover(self) -> int:
+        """Startup: set aside what older versions left in ``failed/``, finalize
+        leftover ``.tmp`` files, then upload every ``.buf`` oldest first,
+        stopping at the first failure (the drain goes on later). Returns the
+        number of events uploaded. While paused (booting with maintenance on)
+        nothing is uploaded: the drain does it on resume."""
+        await self.quarantine.import_failed(self.failed_dir)
+        await self.writer.finalize_leftovers()
+        if not await self.registration.sync(self.paused) or self.paused:
+            return 0
+        uploaded = 0
+
+        async def run() -> None:
+            nonlocal uploaded
+            async with self._drain_lock:
+                for path in await asyncio.to_thread(list_buf_files, self.directory):
+                    outcome, n = await self.uploader.drain_file(path)
+                    uploaded += n
+                    if outcome != "ok":
+                        break
+        try:
+            await asyncio.wait_for(run(), self._recover_limit_s)
+        except TimeoutError:
+            logger.warning("spool: recovery stopped after {} s; the drain continues",
+                           self._recover_limit_s)
+        return uploaded
+
+    async def _drain_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()  # the first cycle is one period after start: recover() goes first
+        while True:
+            delay = self._flush_s - (loop.time() - started)
+            if delay > 0 and not self._wake.is_set():
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                except TimeoutError:
+                    pass
+            started = loop.time()
+            self._wake.clear()
+            try:
+                await self._cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("spool: drain cycle failed")
+
+    async def _cycle(self) -> None:
+        self.uploader.drained.maybe_started(self.files.pending, self.uploader.replayed_events,
+                                            self.quarantine.count)
+        # Registration first, also while paused (maintenance) and cooling down:
+        # peers must see our backlog before any of them merges past it.
+        if not await self.registration.sync(self.paused) or self.paused:
+            return
+        if self.health.cooling_down():
+            return
+        # Through the inbox: never interleaves with an append.
+        await self._self.finalize()
+        async with self._drain_lock:
+            limit = self._files_per_cycle if self.health.db_healthy else 1
+            for path in (await asyncio.to_thread(list_buf_files, self.directory))[:limit]:
+                if self.paused:
+                    return
+                outcome, _ = await self.uploader.drain_file(path)
+                if outcome not in ("ok", "quarantined", "gone"):
+                    return
+
+    # -- the quarantine (the operator's routes) ------------------------------------------
+
+    async def quarantine_list(self) -> list[dict]:
+        """Every entry, without its payload, oldest origin first."""
+        return await self.quarantine.list()
+
+    async def quarantine_get(self, ident: str) -> dict | None:
+        return await self.quarantine.get(ident)
+
+    async def quarantine_discard(self, ident: str) -> bool:
+        return await self.quarantine.discard(ident)
+
+    async def quarantine_replay(self, ident: str, overrides: Mapping[str, str]) -> dict:
+        """Push one quarantined event now; see QuarantineDesk.replay."""
+        return await self.quarantine.replay(ident, overrides)
+
+    # -- stats -------------------------------------------------------------------------
+
+    async def stats(self) -> dict[str, Any]:
+        return figures(self, await asyncio.to_thread(dir_usage, self.failed_dir))
+
+
+def _read_spool_id(directory: Path, owner: str) -> str:
+    """This spool's name in queen.spool_backlog, kept in the directory: the
+    rows describe these files, so a broker restarted on them (whatever its
+    server id now) takes its old rows over instead of waiting for them."""
+    path = directory / "spool-id"
+    try:
+        value = path.read_text().strip()
+        if value:
+            return value
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        logger.error("spool: cannot read {}: {}", path, exc)
+        return owner
+    value = f"{owner}-{os.urandom(4).hex()}"
+    try:
+        tmp = path.with_suffix(".part")
+        tmp.write_text(value + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        logger.error("spool: cannot write {}: {}", path, exc)
+    return value

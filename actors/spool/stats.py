@@ -1,0 +1,75 @@
+"""The spool's figures: ``GET /health`` → ``spool`` (with ``staging`` added by
+broker/service/drain.py), the Prometheus ``queen_file_buffer_*`` families, and the
+one line that says what became of a backlog once the spool is empty again."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+
+if TYPE_CHECKING:
+    from actors.spool.actor import Spool
+
+__all__ = ["DrainedLine", "dir_usage", "figures"]
+
+
+def figures(spool: Spool, failed_files: tuple[int, int]) -> dict[str, Any]:
+    """The spool's figures; ``failed_files`` is ``dir_usage(failed/)``."""
+    files, writer, uploader = spool.files, spool.writer, spool.uploader
+    count, total = failed_files
+    return {
+        "pendingCount": max(0, files.pending),
+        "pendingFiles": files.pending_files(),
+        "pendingBytes": files.bytes,
+        "maxBytes": writer.max_bytes,
+        "rejectedFull": writer.rejected_full,
+        "failedCount": writer.failed,
+        "failedFiles": {"count": count, "totalBytes": total,
+                        "totalMB": round(total / (1024 * 1024), 2)},
+        "dbHealthy": spool.health.db_healthy,
+        "paused": spool.paused,
+        "healthy": writer.healthy,
+        "backlogPartitions": spool.backlog.partitions(),
+        "replayedEvents": uploader.replayed_events,
+        "quarantinedFiles": uploader.quarantined_files,
+        "quarantinedEvents": spool.quarantine.count,
+        "registeredPartitions": len(spool.registration.registered),
+    }
+
+
+class DrainedLine:
+    """Once the spool is empty again: one line saying what became of what it held."""
+
+    def __init__(self) -> None:
+        # (when, uploaded events, quarantined events) as the spool last became non-empty
+        self._started: tuple[float, int, int] | None = None
+
+    def maybe_started(self, pending: int, uploaded: int, quarantined: int) -> None:
+        if pending > 0 and self._started is None:
+            self._started = (time.monotonic(), uploaded, quarantined)
+
+    def maybe_done(self, pending: int, uploaded: int, quarantined: int) -> None:
+        if pending > 0 or self._started is None:
+            return
+        since, uploaded_then, quarantined_then = self._started
+        self._started = None
+        logger.info("spool: drained: {} event(s) stored, {} quarantined, {:.1f} s after the "
+                    "first was spooled", uploaded - uploaded_then,
+                    max(0, quarantined - quarantined_then), time.monotonic() - since)
+
+
+def dir_usage(directory: Path) -> tuple[int, int]:
+    """(files, bytes) of a directory (blocking)."""
+    count = total = 0
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                if entry.is_file():
+                    count += 1
+                    total += entry.stat().st_size
+    except OSError:
+        pass
+    return count, total

@@ -1,0 +1,57 @@
+"""Health on the wire (docs/wire-contract.md §15.1): ``GET /health`` and the cluster view of
+this broker it carries (also ``GET /api/v1/system/shared-state``; docs/behaviour.md §3.6)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from broker.core.config import Settings
+
+
+def health_answer(ok: bool, settings: Settings, database_server: dict, broker_version: str,
+                  shared_state: dict, spool: dict) -> dict:
+    return {
+        "status": "healthy" if ok else "unhealthy",
+        "database": "connected" if ok else "disconnected",
+        # Which PG_HOST server is in use (it moves after a failover), as last seen.
+        "databaseServer": database_server,
+        "server": settings.queen_server_id,
+        "worker_id": settings.worker_id,
+        "version": "1.0.0",
+        "brokerVersion": broker_version,
+        "shared_state": shared_state,
+        "spool": spool,
+        "queen": {"worker_id": settings.worker_id, "status": "active"},
+    }
+
+
+def shared_state_answer(settings: Settings, running: bool, transport: dict | None,
+                        queue_config_cache: dict, maintenance: bool, pop_maintenance: bool,
+                        parked_pops: int, long_polls: dict) -> dict:
+    """``running``: this broker has a mesh; its stats under ``transport``. Then the config
+    cache, peer liveness and the maintenance flags."""
+    return {
+        "enabled": settings.queen_sync_enabled,
+        "running": running,
+        "server_id": settings.queen_server_id,
+        "transport": transport,
+        "queue_config_cache": queue_config_cache,
+        "server_health": {
+            "servers_tracked": (transport["servers_alive"] + transport["servers_dead"]) if transport else 0,
+            "servers_alive": transport["servers_alive"] if transport else 0,
+            "servers_dead": transport["servers_dead"] if transport else 0,
+        },
+        "maintenance_mode": maintenance,
+        "pop_maintenance_mode": pop_maintenance,
+        "parkedPops": parked_pops,
+        "longPolls": long_polls,
+    }
+
+
+def long_poll_figures(wakes: Mapping[str, int], pops: Mapping[str, Any]) -> dict:
+    """How much work parked pops cost: claims issued, timer re-checks and how many
+    of them another pop's check answered, pops woken by commits."""
+    return {"parked": wakes["parked"], "cohorts": wakes["cohorts"],
+            "claimQueries": pops["claim_queries"], "attempts": pops["attempts"],
+            "timerRechecks": pops["timer_rechecks"], "sharedRechecks": pops["shared_rechecks"],
+            "woken": wakes["woken"], "wakesPassedOn": wakes["passed_on"]}

@@ -1,0 +1,28 @@
+"""The broker's first connection at start-up (broker/__main__.py ``wait_for_database``):
+one connection outside the pool, to check that PostgreSQL is reachable and to bring the
+schema up to date (schema.apply_schema) before the app and its pool start.
+
+Its errors are asyncpg's and the operating system's as they are, not mapped to the
+store's: start-up tells a wrong password or a TLS verification failure (one line, no
+retry) from a server that is still starting (retried for PG_CONNECT_WAIT_MS), by the
+exception's type (db.UNAVAILABLE_ERRORS, :func:`is_tls_problem`).
+"""
+from __future__ import annotations
+
+import ssl
+
+import asyncpg
+
+
+async def connect_for_schema(dsn: str, *, timeout_s: float,
+                             tls: ssl.SSLContext | None = None) -> asyncpg.Connection:
+    """One connection to ``dsn`` (``tls``, when given, is its TLS context); the caller
+    closes it."""
+    return await asyncpg.connect(dsn, timeout=timeout_s,
+                                 **({"ssl": tls} if tls is not None else {}))
+
+
+def is_tls_problem(exc: BaseException) -> bool:
+    """The server's certificate failed verification, or there is no CA file to verify it."""
+    return isinstance(exc, (ssl.SSLCertVerificationError,
+                            asyncpg.exceptions.ClientConfigurationError))
