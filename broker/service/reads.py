@@ -6,14 +6,13 @@ Offsets are 0-based per partition: offset ``o`` is the message at position
 ``seq = o + 1`` (positions follow commit order, see ARCHITECTURE.md). A
 partition's ``highWatermark`` is its ``last_seq`` (the next offset it will assign)
 and ``logStartOffset`` the offset of its oldest kept message (``last_seq`` when
-retention kept none)."""
+retention kept none). The answers are shaped by broker/http/wire/reads.py."""
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from broker.core.times import iso_micro
 from broker.service.context import BrokerContext
 from broker.store import reads
 
@@ -40,58 +39,67 @@ class ChangedQuery:
     limit: int
 
 
-def _log_start(last_seq: int, first_seq: int | None) -> int:
+@dataclass
+class Fetched:
+    """What one entry read: its partition's figures, the rows of its records (from
+    queen.fetch_v1) with their payloads decrypted, in offset order, or why none
+    (``error``: one of the two codes above)."""
+    entry: FetchEntry
+    high_watermark: int = 0
+    log_start: int = 0
+    rows: list[Any] = field(default_factory=list)
+    payloads: list[Any] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ChangedPage:
+    """One discovery page: the safe time read before the scan, the partitions' rows
+    (name, id, last_seq, first_seq, last_message_at, created_at), whether a full page
+    leaves more to read, or why none (``error``)."""
+    query: ChangedQuery
+    safe_time: dt.datetime | None
+    rows: list[Any]
+    more: bool = False
+    error: str | None = None
+
+
+def log_start(last_seq: int, first_seq: int | None) -> int:
     return last_seq if first_seq is None else first_seq - 1
 
 
-async def fetch(ctx: BrokerContext, entries: list[FetchEntry], call_budget: int) -> list[dict]:
-    """One answer per entry, in order (Queen's ``fetch`` entry shape)."""
+async def fetch(ctx: BrokerContext, entries: list[FetchEntry], call_budget: int
+                ) -> list[Fetched]:
+    """One result per entry, in order."""
     rows = await reads.fetch(ctx.store, [e.queue for e in entries],
                              [e.partition for e in entries], [e.offset for e in entries],
                              [e.max_bytes for e in entries], call_budget,
                              MAX_RECORDS_PER_ENTRY)
-    out: list[dict] = []
-    for e in entries:
-        out.append({"queue": e.queue, "partition": e.partition, "highWatermark": 0,
-                    "logStartOffset": 0, "records": []})
+    out = [Fetched(e) for e in entries]
     cipher = ctx.cipher
     for row in rows:
-        entry = out[row["idx"]]
+        got = out[row["idx"]]
         if row["partition_id"] is None:
-            entry["error"] = UNKNOWN_TOPIC_OR_PARTITION
+            got.error = UNKNOWN_TOPIC_OR_PARTITION
             continue
         if row["seq"] is None:  # the entry's header row
-            hwm = row["last_seq"]
-            start = _log_start(hwm, row["first_seq"])
-            entry["highWatermark"], entry["logStartOffset"] = hwm, start
-            offset = entries[row["idx"]].offset
-            if offset < start or offset > hwm:
-                entry["error"] = OFFSET_OUT_OF_RANGE
+            got.high_watermark = row["last_seq"]
+            got.log_start = log_start(row["last_seq"], row["first_seq"])
+            if not got.log_start <= got.entry.offset <= got.high_watermark:
+                got.error = OFFSET_OUT_OF_RANGE
             continue
         payload: Any = row["payload"]
         if row["is_encrypted"] and cipher is not None:
             payload = cipher.decrypt(payload)
-        entry["records"].append({"offset": row["seq"] - 1, "transactionId": row["transaction_id"],
-                                 "payload": payload, "ts": iso_micro(row["created_at"])})
+        got.rows.append(row)
+        got.payloads.append(payload)
     return out
 
 
-def page_cursor(created_at: dt.datetime, partition_id: Any) -> str:
-    """The opaque ``next`` of a discovery page: where the following page starts."""
-    return f"{iso_micro(created_at)}|{partition_id}"
-
-
-async def changed(ctx: BrokerContext, query: ChangedQuery) -> tuple[str | None, dict]:
-    """(safe time, the entry's answer) for one discovery page."""
+async def changed(ctx: BrokerContext, query: ChangedQuery) -> ChangedPage:
+    """One discovery page of ``query``'s queue."""
     safe, rows = await reads.changed(ctx.store, query.queue, query.since, query.after,
                                      query.limit)
     if rows is None:
-        return iso_micro(safe), {"queue": query.queue, "partitions": [],
-                                 "error": UNKNOWN_TOPIC_OR_PARTITION}
-    partitions = [{"name": r["name"], "id": str(r["id"]), "lastOffset": r["last_seq"] - 1,
-                   "logStart": _log_start(r["last_seq"], r["first_seq"]),
-                   "lastWriteAt": iso_micro(r["last_message_at"])} for r in rows]
-    answer: dict = {"queue": query.queue, "partitions": partitions}
-    if len(rows) == query.limit:
-        answer["next"] = page_cursor(rows[-1]["created_at"], rows[-1]["id"])
-    return iso_micro(safe), answer
+        return ChangedPage(query, safe, [], error=UNKNOWN_TOPIC_OR_PARTITION)
+    return ChangedPage(query, safe, list(rows), more=len(rows) == query.limit)

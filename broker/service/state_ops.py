@@ -1,9 +1,16 @@
 """What operators see of the state surfaces (key/value namespaces and keys, held locks,
 pending timers): the operator routes, /metrics and the dashboard's State view. Figures
 from the database are exact at the call, cluster-wide; the counters of deliveries,
-cancellations and lock operations are this broker's since it started (telemetry)."""
+cancellations and lock operations are this broker's since it started (telemetry).
+
+The pages of keys and of held locks are results, shaped by broker/http/wire/listings.py.
+The namespace and timer figures are still shaped here: /metrics reads
+:func:`metric_figures`'s dict (routes/ops/metrics.py), and the operator views share its
+leaves, so they move to wire together."""
 from __future__ import annotations
 
+import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
 from broker.core.times import iso_milli
@@ -33,55 +40,70 @@ async def kv_namespaces(ctx: BrokerContext) -> dict:
     return {"namespaces": [_namespace(r) for r in await state_ops.kv_namespaces(ctx.store)]}
 
 
-async def kv_list(ctx: BrokerContext, namespace: str, prefix: str, after: str | None,
-                  limit: int, include_expired: bool, keys_only: bool) -> dict:
-    """A keyset page of one namespace: ``nextAfter`` (the last key) when more follow."""
-    rows, now = await state_ops.kv_list(ctx.store, namespace, prefix, after, limit,
-                                        include_expired, keys_only)
+@dataclass(frozen=True)
+class KvListing:
+    """A page of keys asked for: ``after`` the last key of the previous page."""
+    namespace: str
+    prefix: str
+    after: str | None
+    limit: int
+    include_expired: bool
+    keys_only: bool
+
+
+@dataclass(frozen=True)
+class KvPage:
+    """The keys' rows (key, version, value unless keys only, size, expiry and write
+    times, expired) in key order; ``truncated``: more follow; ``as_of``: PostgreSQL's
+    clock at the read."""
+    listing: KvListing
+    rows: list[Any]
+    truncated: bool
+    as_of: dt.datetime
+
+
+async def kv_list(ctx: BrokerContext, q: KvListing) -> KvPage:
+    """A keyset page of one namespace, bounded by ``limit`` and by KV_PAGE_BYTES."""
+    rows, now = await state_ops.kv_list(ctx.store, q.namespace, q.prefix, q.after, q.limit,
+                                        q.include_expired, q.keys_only)
     page, used = [], 0
-    for r in rows[:limit]:
+    for r in rows[:q.limit]:
         page.append(r)
         used += r["size"]
         if used >= KV_PAGE_BYTES:
             break
-    truncated = len(rows) > len(page)
-    out = []
-    for r in page:
-        row = {"key": r["key"], "version": r["version"], "expiresAt": iso_milli(r["expires_at"]),
-               "createdAt": iso_milli(r["created_at"]), "updatedAt": iso_milli(r["updated_at"]),
-               "expired": r["expired"], "bytes": r["size"]}
-        if not keys_only:
-            row["value"] = r["value"]
-        out.append(row)
-    return {"namespace": namespace, "rows": out, "truncated": truncated,
-            "nextAfter": page[-1]["key"] if truncated and page else None,
-            "bytes": sum(r["size"] for r in page), "asOf": iso_milli(now)}
+    return KvPage(q, page, len(rows) > len(page), now)
 
 
-def _permit(r: Any) -> dict:
-    return {"slot": r["slot"], "owner": r["owner"], "token": r["token"], "since": r["since"],
-            "renewedAt": r["renewed_at"], "expiresAt": iso_milli(r["expires_at"])}
+@dataclass(frozen=True)
+class HeldLock:
+    """A lock with live permits: its fence's last token and the permits' rows (slot,
+    owner, token, since, renewed_at, expires_at) in slot order."""
+    name: str
+    last_token: int
+    permits: list[Any]
 
 
-async def locks(ctx: BrokerContext, prefix: str, after: str | None, limit: int) -> dict:
+@dataclass(frozen=True)
+class LocksPage:
+    """Held locks in name order; ``truncated``: more follow; the cluster's totals."""
+    locks: list[HeldLock]
+    truncated: bool
+    locks_held: int
+    permits_held: int
+
+
+async def locks(ctx: BrokerContext, prefix: str, after: str | None, limit: int) -> LocksPage:
     """Held locks in name order, each with its live permits and its fence's last token."""
     rows, summary = await state_ops.locks_page(ctx.store, prefix, after, limit)
-    by_name: dict[str, dict] = {}
+    by_name: dict[str, HeldLock] = {}
     for r in rows:
         lock = by_name.get(r["name"])
         if lock is None:
-            lock = by_name[r["name"]] = {"name": r["name"], "lastToken": r["last_token"],
-                                         "holders": 0, "permits": []}
-        lock["permits"].append(_permit(r))
-    out = list(by_name.values())
-    truncated = len(out) > limit
-    out = out[:limit]
-    for lock in out:
-        lock["holders"] = len(lock["permits"])
-        lock["expiresAt"] = min(p["expiresAt"] for p in lock["permits"])
-    return {"locks": out, "truncated": truncated,
-            "nextAfter": out[-1]["name"] if truncated else None,
-            "locksHeld": summary["locks"], "permitsHeld": summary["permits"]}
+            lock = by_name[r["name"]] = HeldLock(r["name"], r["last_token"], [])
+        lock.permits.append(r)
+    held = list(by_name.values())
+    return LocksPage(held[:limit], len(held) > limit, summary["locks"], summary["permits"])
 
 
 def timer_counters(ctx: BrokerContext) -> dict:

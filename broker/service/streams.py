@@ -6,6 +6,8 @@ The cycle is one statement (``queen_streams.cycle_v1``), its own transaction: it
 push and ack functions of /api/v1/push and /api/v1/ack inside it (dedup, commit-order
 positions, lease validation, failed acks straight to the DLQ). Here: ``to_rows`` (message
 ids, encryption) before it, the wakes and counters after its commit.
+
+Results are rows and what was decided; broker/http/wire/streams.py shapes the answers.
 """
 from __future__ import annotations
 
@@ -23,10 +25,22 @@ from broker.store.db import TransactionAborted
 from broker.store.streams import StateOp, StateRead
 
 
-async def register_query(ctx: BrokerContext, name: str, source: str, sink: str | None,
-                         config_hash: str, reset: bool) -> Any:
-    """Idempotent per name; see queen_streams.register_query_v1."""
-    return await store.register_query(ctx.store, name, source, sink, config_hash, reset)
+@dataclass(frozen=True)
+class QuerySpec:
+    """A query to register: ``reset`` deletes its state when the config changed."""
+    name: str
+    source: str
+    sink: str | None
+    config_hash: str
+    reset: bool
+
+
+async def register_query(ctx: BrokerContext, spec: QuerySpec) -> Any:
+    """Idempotent per name; the row of queen_streams.register_query_v1 (query_id, name,
+    config_hash, fresh, did_reset; conflict with existing_hash when the config changed
+    and no reset was asked)."""
+    return await store.register_query(ctx.store, spec.name, spec.source, spec.sink,
+                                      spec.config_hash, spec.reset)
 
 
 async def delete_query(ctx: BrokerContext, name: str) -> str | None:
@@ -65,10 +79,20 @@ class UnknownTarget(Exception):
 
 
 @dataclass(frozen=True)
+class CycleAck:
+    """What became of the cycle's source ack; ``already_acknowledged``: a replayed cycle's,
+    which the cursor had passed (nothing was written)."""
+    success: bool
+    lease_released: bool
+    dlq: bool
+    already_acknowledged: bool = False
+
+
+@dataclass(frozen=True)
 class CycleOutcome:
-    applied: int
+    applied: int                           # state ops applied
     pushed: list[tuple[PushItem, Any]]     # (item, push row) of committed sink pushes
-    ack: dict[str, Any] | None             # {success, lease_released, dlq, ...}
+    ack: CycleAck | None                   # None: the cycle had no ack
     error: str | None = None               # rolled back: why
     replayed: bool = False
 
@@ -97,16 +121,16 @@ async def cycle(ctx: BrokerContext, req: CycleRequest, producer_sub: str | None)
         raise UnknownTarget(f"unknown partition_id {req.partition_id}")
     if res.status == "replayed":
         telemetry.stream_cycles["replayed"] += 1
-        return CycleOutcome(0, [], None if ack is None else {
-            "success": True, "lease_released": False, "dlq": False,
-            "already_acknowledged": True}, replayed=True)
+        return CycleOutcome(0, [], None if ack is None else CycleAck(
+            success=True, lease_released=False, dlq=False, already_acknowledged=True),
+            replayed=True)
     telemetry.stream_cycle_committed(time.perf_counter() - started)
     pushed = list(zip(req.pushes, res.pushed))
     ack_out = None
     if ack is not None and res.ack is not None:
         leases_released(ctx, [ack], [res.ack])
-        ack_out = {k: res.ack[k] for k in ("success", "lease_released", "dlq")}
-        telemetry.messages["dlq" if ack_out["dlq"] else "acked_" + ack.status] += 1
+        ack_out = CycleAck(res.ack["success"], res.ack["lease_released"], res.ack["dlq"])
+        telemetry.messages["dlq" if ack_out.dlq else "acked_" + ack.status] += 1
     wake_after_commit(ctx, {(i.queue, i.partition) for i, r in pushed if r["status"] == "queued"})
     for _item, r in pushed:  # counted like /api/v1/push and /api/v1/ack count theirs
         telemetry.messages[r["status"]] += 1

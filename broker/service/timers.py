@@ -78,8 +78,9 @@ async def page(ctx: BrokerContext, queue: str, after: str | None, limit: int) ->
     return await timers.page(ctx.store, queue, after, limit)
 
 
-async def count(ctx: BrokerContext, queue: str, prefix: str) -> dict:
-    return {"queue": queue, "prefix": prefix, "count": await timers.count(ctx.store, queue, prefix)}
+async def count(ctx: BrokerContext, queue: str, prefix: str) -> int:
+    """Pending timers of ``queue`` whose key starts with ``prefix``."""
+    return await timers.count(ctx.store, queue, prefix)
 
 
 async def deliver_due(ctx: BrokerContext) -> tuple[int, float | None]:

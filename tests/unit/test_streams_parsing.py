@@ -1,4 +1,4 @@
-"""The /streams/v1 body parsers (broker/http/routes/streams.py), in-process: any JSON body is
+"""The /streams/v1 body parsers (broker/http/wire/streams.py), in-process: any JSON body is
 either a well-formed request or a BadRequest (a 4xx), never another exception (a 500);
 what they accept is what the store can take."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.core.errors import BadRequest
-from broker.http.routes.streams import (
+from broker.http.wire.streams import (
     STATE_KEY_MAX_BYTES,
     STATE_VALUE_MAX_BYTES,
     parse_cycle,

@@ -8,7 +8,7 @@ from sanic import Blueprint
 from broker.http.auth import writes_allowed
 from broker.http.responses import error, json, read_json
 from broker.http.types import BrokerRequest
-from broker.http.wire.locks import parse_lock_batch
+from broker.http.wire.locks import lock_batch_answer, parse_lock_batch
 from broker.service import locks as service
 
 bp = Blueprint("locks")
@@ -19,4 +19,4 @@ async def locks(request: BrokerRequest):
     ops = parse_lock_batch(read_json(request), service.minted_owner())
     if any(op.op != "get" for op in ops) and not writes_allowed(request):
         return error("Insufficient permissions", 403)
-    return json({"results": await service.run(request.app.ctx, ops)})
+    return json(lock_batch_answer(await service.run(request.app.ctx, ops)))

@@ -6,7 +6,7 @@ from sanic import Blueprint
 
 from broker.http.responses import json, read_json
 from broker.http.types import BrokerRequest
-from broker.http.wire.reads import changed_answer, parse_changed, parse_fetch
+from broker.http.wire.reads import changed_answer, fetch_answer, parse_changed, parse_fetch
 from broker.service import reads as service
 
 bp = Blueprint("reads")
@@ -15,7 +15,7 @@ bp = Blueprint("reads")
 @bp.post("/api/v1/fetch")
 async def fetch(request: BrokerRequest):
     entries, call_budget = parse_fetch(read_json(request))
-    return json({"entries": await service.fetch(request.app.ctx, entries, call_budget)})
+    return json(fetch_answer(await service.fetch(request.app.ctx, entries, call_budget)))
 
 
 @bp.post("/api/v1/partitions/changed")

@@ -1,5 +1,7 @@
-"""Key/value on the wire: the operations of ``POST /api/v1/kv`` and of a transaction's ``kv``
-rider (coded 400s: kv_*), and the batch's answer."""
+"""Key/value on the wire: the operations of ``POST /api/v1/kv``, of its path-style sugar
+(``/api/v1/kv/<ns>/<key>``: an ETag carries the version, ``If-Match`` / ``If-None-Match: *``
+are ``expect``) and of a transaction's ``kv`` rider (coded 400s: kv_*), and the answers
+around the operations' results (each result element is broker/store/kv.py's)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -182,3 +184,62 @@ def kv_batch_answer(outcome: BatchOutcome) -> dict:
         body.update(success=False, reason="kv_precondition", failedIndex=outcome.failed.index,
                     kvReason=outcome.failed.result.get("reason"))
     return body
+
+
+def _expect_headers(if_match: str | None, if_none_match: str | None) -> dict:
+    """``expect`` from the conditional headers of a path-style route."""
+    if if_match is not None and if_none_match is not None:
+        raise kv_refusal("give If-Match or If-None-Match, not both", "kv_bad_expect")
+    if if_none_match is not None:
+        if if_none_match.strip() != "*":
+            raise kv_refusal("If-None-Match takes only *", "kv_bad_expect")
+        return {"expect": 0}
+    if if_match is not None:
+        tag = if_match.strip().removeprefix("W/").strip('"')
+        if not tag.isdigit():
+            raise kv_refusal("If-Match must be an ETag of this route (a version)",
+                             "kv_bad_expect")
+        return {"expect": int(tag)}
+    return {}
+
+
+def parse_kv_get(ns: str, key: str) -> KvOp:
+    """``GET /api/v1/kv/<ns>/<key>``."""
+    return parse_kv_op({"op": "get", "ns": ns, "key": key}, "request")
+
+
+def parse_kv_put(ns: str, key: str, body: Any, if_match: str | None,
+                 if_none_match: str | None) -> KvOp:
+    """``PUT /api/v1/kv/<ns>/<key>``: the body is a put's value and expiry."""
+    fields = dict(body_object(body))
+    for field in ("op", "ns", "key", "expect"):
+        if field in fields:
+            raise kv_refusal(f"{field} comes from the path and the headers, not the body")
+    return parse_kv_op({**fields, "op": "put", "ns": ns, "key": key,
+                        **_expect_headers(if_match, if_none_match)}, "request")
+
+
+def parse_kv_delete(ns: str, key: str, if_match: str | None,
+                    if_none_match: str | None) -> KvOp:
+    """``DELETE /api/v1/kv/<ns>/<key>``."""
+    return parse_kv_op({"op": "delete", "ns": ns, "key": key,
+                        **_expect_headers(if_match, if_none_match)}, "request")
+
+
+def kv_key_answer(op: KvOp, result: dict) -> tuple[dict, int, str | None]:
+    """(body, status, ETag) of a path-style route: the operation's result, its version as
+    the ETag when it was found or applied. A get of a key that is not live is a 404; a
+    write whose precondition failed a 412, but a delete without one is idempotent (a key
+    that is not there: 200, applied false)."""
+    if op.op == "get":
+        if not result["found"]:
+            return ({"error": "kv_not_found", "detail": f"no live key {op.key!r} in {op.ns!r}"},
+                    404, None)
+        return result, 200, _etag(result["version"])
+    if not result.get("applied"):
+        return result, 412 if op.op == "put" or op.expect is not None else 200, None
+    return result, 200, _etag(result.get("version"))
+
+
+def _etag(version: int | None) -> str | None:
+    return None if version is None else f'"{version}"'

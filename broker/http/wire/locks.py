@@ -1,4 +1,5 @@
-"""Locks on the wire: the operations of ``POST /api/v1/locks`` (coded 400s: lock_*)."""
+"""Locks on the wire: the operations of ``POST /api/v1/locks`` (coded 400s: lock_*), and
+the answer around their results (each result element is broker/store/locks.py's)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -77,3 +78,8 @@ def parse_lock_batch(body: Any, minted_owner: str) -> list[LockOp]:
     if len(set(names)) != len(names):
         raise lock_refusal("each operation of one call must be on a different lock")
     return ops
+
+
+def lock_batch_answer(results: list[dict]) -> dict:
+    """One result per operation, in order; a refusal is a verdict in its result (200)."""
+    return {"results": results}

@@ -1,5 +1,5 @@
 """Offset reads and partition discovery on the wire: the bodies of ``POST /api/v1/fetch``
-and ``POST /api/v1/partitions/changed``, and the discovery's answer."""
+and ``POST /api/v1/partitions/changed``, and their answers (Queen's entry shapes)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -7,9 +7,9 @@ from typing import Any
 
 from broker.core.errors import BadRequest
 from broker.core.ids import is_uuid
-from broker.core.times import parse_timestamp
+from broker.core.times import iso_micro, parse_timestamp
 from broker.http.wire.common import array_field, body_object, is_int, name_field
-from broker.service.reads import ChangedQuery, FetchEntry
+from broker.service.reads import ChangedPage, ChangedQuery, Fetched, FetchEntry, log_start
 
 FETCH_MAX_ENTRIES = 1024
 FETCH_MAX_ENTRY_BYTES = 8 * 1024 * 1024
@@ -45,6 +45,28 @@ def parse_fetch(body: Any) -> tuple[list[FetchEntry], int]:
     return entries, _clamped_bytes(body.get("maxBytes"), "maxBytes", FETCH_MAX_CALL_BYTES)
 
 
+def fetch_answer(fetched: list[Fetched]) -> dict:
+    """One entry per requested entry, in order; ``error`` only on an entry that has one."""
+    return {"entries": [_fetched(f) for f in fetched]}
+
+
+def _fetched(f: Fetched) -> dict:
+    out: dict = {"queue": f.entry.queue, "partition": f.entry.partition,
+                 "highWatermark": f.high_watermark, "logStartOffset": f.log_start,
+                 "records": [{"offset": r["seq"] - 1, "transactionId": r["transaction_id"],
+                              "payload": payload, "ts": iso_micro(r["created_at"])}
+                             for r, payload in zip(f.rows, f.payloads)]}
+    if f.error is not None:
+        out["error"] = f.error
+    return out
+
+
+def _next_cursor(created_at: dt.datetime, partition_id: Any) -> str:
+    """The opaque ``next`` of a discovery page: where the following page starts (read
+    back by :func:`_page_cursor`)."""
+    return f"{iso_micro(created_at)}|{partition_id}"
+
+
 def _page_cursor(value: Any, where: str) -> tuple[dt.datetime, str]:
     if not isinstance(value, str) or value.count("|") != 1:
         raise BadRequest(f"{where} must be the 'next' of a previous page")
@@ -76,8 +98,22 @@ def parse_changed(body: Any) -> list[ChangedQuery]:
     return out
 
 
-def changed_answer(pages: list[tuple[str | None, dict]]) -> dict:
-    """The pages of one discovery call, each with its query's safe time: the earliest
+def changed_answer(pages: list[ChangedPage]) -> dict:
+    """The pages of one discovery call, each read with its own safe time: the earliest
     page's safe time holds for every later page of this call."""
-    safe = [safe_time for safe_time, _ in pages if safe_time is not None]
-    return {"entries": [answer for _, answer in pages], "safeTime": min(safe) if safe else None}
+    safe = [s for s in (iso_micro(p.safe_time) for p in pages) if s is not None]
+    return {"entries": [_changed(p) for p in pages], "safeTime": min(safe) if safe else None}
+
+
+def _changed(page: ChangedPage) -> dict:
+    queue = page.query.queue
+    if page.error is not None:
+        return {"queue": queue, "partitions": [], "error": page.error}
+    rows = page.rows
+    answer: dict = {"queue": queue, "partitions": [
+        {"name": r["name"], "id": str(r["id"]), "lastOffset": r["last_seq"] - 1,
+         "logStart": log_start(r["last_seq"], r["first_seq"]),
+         "lastWriteAt": iso_micro(r["last_message_at"])} for r in rows]}
+    if page.more:
+        answer["next"] = _next_cursor(rows[-1]["created_at"], rows[-1]["id"])
+    return answer

@@ -1,6 +1,7 @@
 """Timers on the wire: the operations of ``POST /api/v1/timers`` and of a transaction's
 ``timers`` rider, the path-style routes' addresses, pages and counts (coded 400s:
-timers_*)."""
+timers_*), and the answers around the operations' results (each result element is
+broker/store/timers.py's)."""
 from __future__ import annotations
 
 import base64
@@ -100,6 +101,12 @@ def parse_timer_op(raw: Any, where: str) -> TimerOp:
                    _timer_payload(raw.get("payload"), f"{where}.payload"), delay_ms=delay)
 
 
+def parse_timer_cancel(queue: Any, key: Any, txn: str | None) -> TimerOp:
+    """``DELETE /api/v1/timers/<queue>/<key>?txn=``: a cancel, ``txn`` echoed on ``absent``."""
+    return parse_timer_op({"op": "cancel", "queue": queue, "timerKey": key, "txn": txn},
+                          "request")
+
+
 def timer_address(queue: Any, key: Any | None = None) -> tuple[str, str | None]:
     """The (queue, timerKey) of a path-style timer route."""
     return (_timer_name(queue, "queue"),
@@ -137,3 +144,11 @@ def parse_timer_count(args: Mapping[str, str]) -> str | None:
     if mode != "count":
         raise _timer_refusal("mode must be list or count")
     return timer_key_field(args.get("prefix"), "prefix")
+
+
+def timer_batch_answer(results: list[dict]) -> dict:
+    return {"results": results}
+
+
+def timer_count_answer(queue: str, prefix: str, count: int) -> dict:
+    return {"queue": queue, "prefix": prefix, "count": count}

@@ -11,7 +11,12 @@ from sanic import Blueprint
 
 from broker.http.responses import args, json, read_json
 from broker.http.types import BrokerRequest
-from broker.http.wire.listings import parse_kv_listing, parse_locks_listing
+from broker.http.wire.listings import (
+    kv_listing_answer,
+    locks_listing_answer,
+    parse_kv_listing,
+    parse_locks_listing,
+)
 from broker.service import state_ops as service
 
 bp = Blueprint("ops_state")
@@ -25,15 +30,14 @@ async def kv_namespaces(request: BrokerRequest):
 @bp.post("/api/v1/resources/kv/list")
 async def kv_list(request: BrokerRequest):
     q = parse_kv_listing(read_json(request), service.KV_PAGE_DEFAULT, service.KV_PAGE_MAX)
-    return json(await service.kv_list(request.app.ctx, q.namespace, q.prefix, q.after,
-                                      q.limit, q.include_expired, q.keys_only))
+    return json(kv_listing_answer(await service.kv_list(request.app.ctx, q)))
 
 
 @bp.get("/api/v1/resources/locks")
 async def locks(request: BrokerRequest):
     prefix, after, limit = parse_locks_listing(args(request), service.LOCKS_PAGE_DEFAULT,
                                                service.LOCKS_PAGE_MAX)
-    return json(await service.locks(request.app.ctx, prefix, after, limit))
+    return json(locks_listing_answer(await service.locks(request.app.ctx, prefix, after, limit)))
 
 
 @bp.get("/api/v1/resources/timers")
