@@ -52,6 +52,7 @@ from actors.metric_minutes import Minute, MinuteBook, leaf_tree
 from actors.runtime import AsyncioActor
 from broker.core.telemetry import QUEUE_COUNTERS
 from broker.store import jobs
+from broker.store.health import is_outage
 
 WARN_EVERY_S = 30.0
 """A failure identical to the previous one is logged as a warning at most this often."""
@@ -136,7 +137,10 @@ class PeriodicJob(AsyncioActor):
             self.failures += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
             result = {"skipped": False, "error": self.last_error}
-            self._warn(self.last_error)
+            if is_outage(exc):  # the store's DatabaseHealth tells the outage, once
+                logger.debug("{}: cycle failed: {}", self.job_name, self.last_error)
+            else:
+                self._warn(self.last_error)
         else:
             if result.get("skipped"):
                 self.skipped += 1

@@ -21,6 +21,7 @@ from typing import Any
 from loguru import logger
 
 from actors.runtime import AsyncioActor
+from broker.store.health import outage_level
 
 FIRST_RECONCILE_DELAY_S = 5.0
 
@@ -125,7 +126,8 @@ class CacheReconciler(AsyncioActor):
             state = await self._read_flags()
         except Exception as exc:
             self.failures += 1
-            logger.warning("reconcile: could not read queen.system_state ({}); keeping flags", exc)
+            logger.log(outage_level(exc), "reconcile: could not read queen.system_state ({}); "
+                       "keeping flags", exc)
             return False
         self.flags.set("push", state.get("maintenance_mode", False), "reconcile")
         self.flags.set("pop", state.get("pop_maintenance_mode", False), "reconcile")

@@ -14,7 +14,9 @@ so ``stats`` can show the rate and the expected time to empty.
 
 The merge and the count are injected, so this actor knows asyncio and nothing of
 SQL or HTTP. It logs one line when a drain starts (staged rows seen after none)
-and one when it ends, with counts and duration.
+and one when it ends, with counts and duration. A drain ends once staging has stayed
+empty for ``END_AFTER_S``: a spool uploading its files one after the other (staging
+empties between two of them) is one drain, not one per file.
 """
 from __future__ import annotations
 
@@ -27,9 +29,11 @@ from typing import Any, Protocol
 from loguru import logger
 
 from actors.runtime import AsyncioActor
+from broker.store.health import is_outage
 
 WARN_EVERY_S = 30.0
 RATE_WINDOW_S = 10.0  # the merge rate shown is over this much recent time
+END_AFTER_S = 1.0  # staging empty this long: the drain has ended
 
 
 class Batch(Protocol):
@@ -64,6 +68,7 @@ class StagingMerger(AsyncioActor):
         self._recent: deque[tuple[float, int]] = deque()  # (monotonic, rows taken) per batch
         # the drain in progress: (monotonic start, merged, duplicates, late) at its start
         self._drain: tuple[float, int, int, int] | None = None
+        self._emptied: float | None = None  # when staging was last seen empty in a drain
         self.last_drain: dict[str, Any] | None = None
 
     def on_start(self) -> None:
@@ -116,7 +121,9 @@ class StagingMerger(AsyncioActor):
     def _failed(self, exc: BaseException) -> None:
         self.failures += 1
         self.last_error = f"{type(exc).__name__}: {exc}"
-        if time.monotonic() - self._last_warning > WARN_EVERY_S:
+        if is_outage(exc):  # the store's DatabaseHealth tells the outage
+            logger.debug("staging merge: {}", self.last_error)
+        elif time.monotonic() - self._last_warning > WARN_EVERY_S:
             self._last_warning = time.monotonic()
             logger.warning("staging merge: {}", self.last_error)
 
@@ -140,7 +147,7 @@ class StagingMerger(AsyncioActor):
         assert self._drain is not None
         since, merged, duplicates, late = self._drain
         self._drain = None
-        took = time.monotonic() - since
+        took = (self._emptied or time.monotonic()) - since  # to when staging emptied
         self.last_drain = {"mergedEvents": self.merged - merged,
                            "duplicatesDropped": self.duplicates - duplicates,
                            "orderExceptions": self.order_exceptions - late,
@@ -183,6 +190,7 @@ class StagingMerger(AsyncioActor):
                 if self.staged_events and self._drain is None:
                     self._drain_started()
                 if self.staged_events:
+                    self._emptied = None
                     taken = await self._merge_batch()
                     if taken:
                         empty = 0
@@ -192,7 +200,14 @@ class StagingMerger(AsyncioActor):
                     pause = min(self._idle_s, self._busy_s * (2 ** min(empty, 10)))
                     empty += 1
                 elif self._drain is not None:
-                    self._drain_ended()
+                    now = time.monotonic()
+                    if self._emptied is None:
+                        self._emptied = now
+                    if now - self._emptied >= END_AFTER_S:
+                        self._drain_ended()
+                        self._emptied = None
+                    else:
+                        pause = min(pause, END_AFTER_S)
             if self._wake.is_set():
                 empty = 0
             self._wake.clear()

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from loguru import logger
 
 from actors.runtime import AsyncioActor
+from broker.store.health import is_outage
 
 MIN_SLEEP_S = 0.01
 MAX_SLEEP_S = 1.0
@@ -74,7 +75,9 @@ class TimerSweeper(AsyncioActor):
         except Exception as exc:  # the loop goes on; a database outage ends by itself
             self.failures += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
-            if time.monotonic() - self._last_warning > WARN_EVERY_S:
+            if is_outage(exc):  # the store's DatabaseHealth tells the outage
+                logger.debug("timer sweeper: {}", self.last_error)
+            elif time.monotonic() - self._last_warning > WARN_EVERY_S:
                 self._last_warning = time.monotonic()
                 logger.warning("timer sweeper: {}", self.last_error)
             return 0, None

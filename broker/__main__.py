@@ -2,7 +2,8 @@
 
 With PG_HOST unset the broker uses its embedded PostgreSQL, with its data in EMBEDDED_PG_DIR
 so it survives restarts. It starts the server when none runs there, and then (only then)
-stops it at exit; a server another broker started is used and left running.
+restarts it when its postmaster dies and stops it at exit; a server another broker started
+is used and left running.
 
 Every failure to start is one line naming what to change, and leaves the database as it was.
 """
@@ -94,13 +95,13 @@ class InterceptHandler(logging.Handler):
         if error is not None and _is_connection_error(error):
             # asyncpg's pool says "Failed to restore the pool connection floor; retrying" with
             # ~25 lines of traceback each time it retries during an outage: the error's one
-            # line is all it tells, and once a minute is enough (the outage itself is told by
-            # the store's DatabaseHealth).
+            # line is all it tells, at DEBUG and once a minute (the outage itself is told by
+            # the store's DatabaseHealth: one line when it starts, one when it ends).
             dropped = NOISY.allow((record.name, record.msg))
             if dropped is None:
                 return
             message = f"{message} ({type(error).__name__}: {error}){dropped_note(dropped)}"
-            exc_info = None
+            exc_info, level = None, "DEBUG"
         # The message is already formatted: loguru formats only when given arguments, so
         # braces in it (a JSON body, a repr) are left alone.
         logger.opt(depth=depth, exception=exc_info).log(level, message)
@@ -186,15 +187,24 @@ def hold_spool_directory(settings: Settings) -> SpoolDirectoryLock | None:
 
 
 def start_embedded(settings: Settings):
-    from broker.store.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError
+    from broker.store.embedded_pg import (
+        EmbeddedPortInUse,
+        EmbeddedPostgres,
+        EmbeddedPostgresError,
+    )
 
     embedded = EmbeddedPostgres(settings.embedded_pg_dir, port=settings.embedded_pg_port)
     logger.info("starting embedded PostgreSQL in {}", settings.embedded_pg_dir)
     try:
         embedded.start()
+    except EmbeddedPortInUse as exc:
+        raise StartupError(f"embedded PostgreSQL cannot listen on {exc.host}:{exc.port}: "
+                           f"another process uses the port; set EMBEDDED_PG_PORT to a free "
+                           f"port (0 picks one)") from None
     except EmbeddedPostgresError as exc:
-        raise StartupError(f"embedded PostgreSQL did not start (see EMBEDDED_PG_DIR, "
-                           f"EMBEDDED_PG_PORT): {exc}") from None
+        logger.debug("embedded PostgreSQL did not start: {}", exc)  # pg_ctl's output, the log
+        raise StartupError(f"embedded PostgreSQL did not start: {exc.summary} (check "
+                           f"EMBEDDED_PG_DIR, EMBEDDED_PG_PORT)") from None
     if embedded.inherited:
         logger.info("embedded PostgreSQL on {}:{} was left running by a broker that is gone; "
                     "this broker now owns it and stops it at exit", embedded.host, embedded.port)
@@ -207,6 +217,18 @@ def start_embedded(settings: Settings):
                     "it keeps running when this broker exits", settings.embedded_pg_dir,
                     embedded.host, embedded.port, holder)
     return embedded
+
+
+def watch_embedded(embedded):
+    """The embedded PostgreSQL this broker started (or inherited: it stops it at exit) is
+    restarted when its postmaster dies; one another live broker started is that broker's to
+    restart, and an external PG_HOST is never watched."""
+    if not embedded.owned:
+        return None
+    from broker.store.embedded_pg import Watchdog
+    watchdog = Watchdog(embedded)
+    watchdog.start()
+    return watchdog
 
 
 def _is_retryable(exc: BaseException) -> bool:
@@ -283,12 +305,13 @@ def main(argv: list[str] | None = None) -> int:
     for block, values in settings.log_blocks().items():
         logger.info("{}: {}", block, " ".join(f"{k}={v}" for k, v in values.items()))
 
-    embedded = None
+    embedded = watchdog = None
     try:
         sock = bind_http(settings)
         spool_lock = hold_spool_directory(settings)  # noqa: F841 (held until the process ends)
         if settings.embedded_pg:
             embedded = start_embedded(settings)
+            watchdog = watch_embedded(embedded)
             dsn = embedded.dsn
             address, variables = f"{embedded.host}:{embedded.port}", "EMBEDDED_PG_DIR"
         else:
@@ -312,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("queen-broker cannot start: {}", exc)
         return 1
     finally:
+        if watchdog is not None:
+            watchdog.stop()  # before the server stops: a restart must not undo that
         if embedded is not None and embedded.owned:
             logger.info("stopping embedded PostgreSQL")
             embedded.stop()

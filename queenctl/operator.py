@@ -20,13 +20,24 @@ def groups() -> None:
     """Consumer groups: list, lag, show, seek, delete."""
 
 
+# The wire's group states (Queen's words, which --json keeps) as they read in a table: the
+# wire's "Dead" means no member ever acknowledged a message, not a dead consumer.
+GROUP_STATES = {"Stable": "stable", "Lagging": "lagging", "Dead": "never acked"}
+
+
+def group_state(row: dict) -> str | None:
+    state = row.get("state")
+    return GROUP_STATES.get(state, state) if isinstance(state, str) else state
+
+
 @groups.command("list")
 @click.pass_context
 def groups_list(ctx: click.Context) -> None:
-    """Every (group, queue) with its lag and state."""
+    """Every (group, queue) with its lag and state (stable, lagging over 300 s, or never
+    acked: no message of the queue acknowledged by the group yet)."""
     answer = call(ctx, "GET", "/api/v1/consumer-groups")
     emit(ctx, answer, lambda a: table(a, [
-        ("group", "name"), ("queue", "queueName"), ("state", "state"),
+        ("group", "name"), ("queue", "queueName"), ("state", group_state),
         ("partitions", "members"), ("lag", "totalLag"), ("max lag s", "maxTimeLag"),
         ("leases", "activeLeases"), ("subscription", "subscriptionMode")]))
 

@@ -27,6 +27,7 @@ from actors.spool.files import SpoolFiles, list_buf_files
 from actors.spool.health import DrainHealth
 from actors.spool.order import Register, Registration
 from actors.spool.quarantine import QuarantineDesk
+from actors.spool.records import file_accept_us
 from actors.spool.stats import dir_usage, figures
 from actors.spool.upload import Upload, Uploader
 from actors.spool.writer import SpoolWriter
@@ -96,6 +97,8 @@ class Spool(AsyncioActor):
         logger.info("spool: {} ({} event(s) pending in {} partition(s), cap {} MB{})",
                     self.directory, self.files.pending, self.backlog.partitions(),
                     round(self.writer.max_bytes / (1 << 20)), ", paused" if self.paused else "")
+        # A backlog left by the previous run: its drained line is timed from its first event.
+        self._note_backlog()
 
     async def on_stop(self) -> None:  # type: ignore[override]  # see AsyncioActor.on_stop
         if self._task is not None:
@@ -103,6 +106,26 @@ class Spool(AsyncioActor):
             await asyncio.gather(self._task, return_exceptions=True)
         await self.writer.finalize_active()
         await self.registration.last()
+        if self.files.pending > 0:
+            # Acknowledged pushes that are not in PostgreSQL yet: say where they wait.
+            logger.warning("spool: stopping with {} event(s) still spooled in {}; the next "
+                           "start on this directory uploads them", self.files.pending,
+                           self.directory)
+
+    def _note_backlog(self) -> None:
+        """Tell the drained line when the spool holds events (a no-op while it already
+        knows of the backlog)."""
+        self.uploader.drained.maybe_started(self.files.pending, self.uploader.replayed_events,
+                                            self.quarantine.count, self._oldest_pending_us)
+
+    def _oldest_pending_us(self) -> int | None:
+        """Accept time (µs) of the oldest event still spooled: the files' recorded accept
+        times, else the creation time in the oldest file's name."""
+        firsts = self.files.oldest_map().values()
+        if firsts:
+            return min(firsts)
+        names = [*self.files.finished, *(p.name for p in self.files.stranded)]
+        return min((file_accept_us(n) for n in names), default=None)
 
     def identity(self) -> str:
         """This spool's name in queen.spool_backlog (and the upload ledger)."""
@@ -196,8 +219,7 @@ class Spool(AsyncioActor):
                 logger.exception("spool: drain cycle failed")
 
     async def _cycle(self) -> None:
-        self.uploader.drained.maybe_started(self.files.pending, self.uploader.replayed_events,
-                                            self.quarantine.count)
+        self._note_backlog()
         # Registration first, also while paused (maintenance) and cooling down:
         # peers must see our backlog before any of them merges past it.
         if not await self.registration.sync(self.paused) or self.paused:

@@ -14,6 +14,7 @@ import asyncio
 from loguru import logger
 
 from broker.core.logs import Throttle, dropped_note
+from broker.store.health import outage_level
 
 __all__ = ["DrainHealth"]
 
@@ -42,8 +43,8 @@ class DrainHealth:
     def upload_failed(self, name: str, exc: BaseException) -> None:
         """A transient failure of an upload."""
         if self.db_healthy:  # one line per outage, not one per 100 ms cycle
-            logger.warning("spool: upload of {} failed, database unreachable ({}); keeping it",
-                           name, exc)
+            logger.log(outage_level(exc), "spool: upload of {} failed, database unreachable "
+                       "({}); keeping it", name, exc)
         self.db_healthy = False
         self.transient_streak += 1
         if self.transient_streak >= self.cooldown_after:
@@ -51,5 +52,6 @@ class DrainHealth:
             self.transient_streak = 0
             dropped = _COOLDOWN_LINES.allow("cooldown")
             if dropped is not None:
-                logger.info("spool: {} transient failures in a row; cooling down {} s{}",
-                            self.cooldown_after, self.cooldown_s, dropped_note(dropped))
+                logger.log(outage_level(exc, "INFO"),
+                           "spool: {} transient failures in a row; cooling down {} s{}",
+                           self.cooldown_after, self.cooldown_s, dropped_note(dropped))

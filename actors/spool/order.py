@@ -19,6 +19,7 @@ from loguru import logger
 from actors.spool.files import SpoolFiles
 from actors.spool.health import DrainHealth
 from actors.spool.records import Pair
+from broker.store.health import outage_level
 
 __all__ = ["REGISTRATION_SYNC_S", "STOP_REGISTRATION_S", "Register", "Registration"]
 
@@ -81,7 +82,8 @@ class Registration:
             raise
         except Exception as exc:
             if self.ok or self._health.db_healthy:
-                logger.warning("spool: cannot register the spool backlog ({}); will retry", exc)
+                logger.log(outage_level(exc), "spool: cannot register the spool backlog ({}); "
+                           "will retry", exc)
             self.ok = False
             self._health.db_healthy = False
             return False
@@ -89,7 +91,8 @@ class Registration:
             self.ok = True
             self._health.reachable_again()
             if want:
-                logger.info("spool: backlog of {} partition(s) registered; uploading",
+                # DEBUG: the database's "reachable again" line says the spool replays now.
+                logger.debug("spool: backlog of {} partition(s) registered; uploading",
                             len(want))
         return True
 

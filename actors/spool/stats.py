@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,24 +42,36 @@ def figures(spool: Spool, failed_files: tuple[int, int]) -> dict[str, Any]:
 
 
 class DrainedLine:
-    """Once the spool is empty again: one line saying what became of what it held."""
+    """Once the spool is empty again: one line saying what became of what it held, and how
+    long after the first of it was spooled.
+
+    That time is the oldest pending event's accept time (``acceptedAt``, the wall clock in
+    µs, or its file's name for older records), read from the spool itself, so it holds
+    across a restart: a backlog spooled before the broker stopped and drained after the next
+    start is timed from when it was spooled, not from when this process first saw it."""
 
     def __init__(self) -> None:
-        # (when, uploaded events, quarantined events) as the spool last became non-empty
-        self._started: tuple[float, int, int] | None = None
+        # (first accept time in µs, uploaded events, quarantined events) as the spool last
+        # became non-empty
+        self._started: tuple[int, int, int] | None = None
 
-    def maybe_started(self, pending: int, uploaded: int, quarantined: int) -> None:
+    def maybe_started(self, pending: int, uploaded: int, quarantined: int,
+                      oldest_us: Callable[[], int | None]) -> None:
+        """``oldest_us``: the accept time of the oldest event still pending (None when the
+        spool cannot tell), asked only when a backlog starts."""
         if pending > 0 and self._started is None:
-            self._started = (time.monotonic(), uploaded, quarantined)
+            first = oldest_us()
+            self._started = (first if first else time.time_ns() // 1000, uploaded, quarantined)
 
     def maybe_done(self, pending: int, uploaded: int, quarantined: int) -> None:
         if pending > 0 or self._started is None:
             return
-        since, uploaded_then, quarantined_then = self._started
+        since_us, uploaded_then, quarantined_then = self._started
         self._started = None
+        took = max(0.0, (time.time_ns() // 1000 - since_us) / 1e6)
         logger.info("spool: drained: {} event(s) stored, {} quarantined, {:.1f} s after the "
                     "first was spooled", uploaded - uploaded_then,
-                    max(0, quarantined - quarantined_then), time.monotonic() - since)
+                    max(0, quarantined - quarantined_then), took)
 
 
 def dir_usage(directory: Path) -> tuple[int, int]:

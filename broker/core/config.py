@@ -280,10 +280,10 @@ VARIABLES: list[Variable] = [
        _POSITIVE),
     _v("DEFAULT_BATCH_SIZE", "1", "int", "Messages per pop when the request does not say.",
        _POSITIVE),
-    _v("DEFAULT_SUBSCRIPTION_MODE", "", "str",
-       "Where a new consumer group starts when a pop names no mode: new or new-only = at the "
-       "newest message; anything else ('', all, from_beginning, ...) = at the oldest.",
-       _subscription_mode),
+    _v("DEFAULT_SUBSCRIPTION_MODE", "all", "str",
+       "Where a new consumer group starts when a pop names no subscriptionMode: all = at the "
+       "oldest message; new or new-only = at the newest; any other value (from_beginning, "
+       "earliest, ...) = at the oldest, like all.", _subscription_mode),
     _v("POP_WAIT_INITIAL_INTERVAL_MS", "100", "ms",
        "First re-check interval of a waiting pop.", _POSITIVE),
     _v("POP_WAIT_BACKOFF_THRESHOLD", "3", "int",
@@ -612,7 +612,7 @@ class Settings:
             "config: pop": {
                 "default_timeout_ms": self.default_timeout,
                 "default_batch_size": self.default_batch_size,
-                "default_subscription_mode": self.default_subscription_mode or "all",
+                "default_subscription_mode": self.default_subscription_mode,
                 "wait_initial_ms": self.pop_wait_initial_interval_ms,
                 "wait_backoff_threshold": self.pop_wait_backoff_threshold,
                 "wait_backoff_multiplier": self.pop_wait_backoff_multiplier,

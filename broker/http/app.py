@@ -243,8 +243,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
         flags.listeners.append(spool_follows_push_maintenance)
         app.ctx.spool_backlog = await spool.backlog_ref()
         replayed = await spool.recover()
-        if replayed:
-            logger.info("spool: replayed {} event(s) left by a previous run", replayed)
+        if replayed:  # DEBUG: the spool's "drained" line tells it, timed from the first
+            logger.debug("spool: replayed {} event(s) left by a previous run", replayed)
         app.ctx.push_batcher = typed_proxy(BatcherProxy, Batcher.start(
             store.push, max_items=settings.push_max_batch_items,
             max_concurrent=settings.push_max_concurrent, name="push",
@@ -351,7 +351,10 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
 
     @app.exception(SanicException)
     async def sanic_error(_request: Request, exc: SanicException):
-        # 405, 413 (body over MAX_BODY_BYTES), malformed requests...
+        if exc.status_code == 413:  # Sanic's own words do not say which limit, nor where
+            return error(f"request body larger than MAX_BODY_BYTES={settings.max_body_bytes} "
+                         f"bytes; send a smaller body or raise MAX_BODY_BYTES", 413)
+        # 405, malformed requests...
         return error(str(exc) or exc.__class__.__name__, exc.status_code)
 
     @app.exception(Exception)

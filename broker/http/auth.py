@@ -371,6 +371,9 @@ class Authenticator:
             else:
                 logger.debug("auth: {} {}: {}", request.method, request.path, failure.message)
             return error(failure.message, failure.status)
+        # The token is valid: its claims are known (the access log's subject), whatever
+        # its role turns out to allow.
+        request.ctx.jwt_claims = claims
         request.ctx.auth_level = self.level_of(claims)
         if request.ctx.auth_level < level:
             logger.debug("auth: {} {} needs {}", request.method, request.path,
@@ -378,7 +381,6 @@ class Authenticator:
             return error("Insufficient permissions", 403)
         sub = claims.get("sub")
         request.ctx.producer_sub = None if sub is None else str(sub)
-        request.ctx.jwt_claims = claims
         return None
 
     @staticmethod

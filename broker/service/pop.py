@@ -115,8 +115,9 @@ class _Attempts:
             # A long poll rides out an outage: keep waiting, answer empty at the deadline.
             dropped = _WAITING_LINES.allow(req.queue or "*")
             if dropped is not None:
-                logger.warning("pop on {}: database unavailable, still waiting{}",
-                               req.queue or "*", dropped_note(dropped))
+                # DEBUG: the store's DatabaseHealth tells the outage itself, once.
+                logger.debug("pop on {}: database unavailable, still waiting{}",
+                             req.queue or "*", dropped_note(dropped))
             return None
         messages = [r for r in rows if r["kind"] == "msg"]
         lease_ends = [time.monotonic() + r["verdict_secs"] for r in rows

@@ -12,24 +12,33 @@ Ownership: the process that starts the server records itself in ``<data dir>.own
 ``start()`` on a server that is already running uses it and owns it only when its recorded
 owner is gone (it crashed, leaving the server running); ``owned`` tells the broker whether
 stopping the server at exit is its job. ``stop()`` itself always stops (tests, operators).
+
+``Watchdog``: the owner also restarts its server when the postmaster dies (killed, crashed:
+its ``postmaster.pid`` is left behind naming a process that is gone), with bounded retries;
+a server stopped on purpose (``pg_ctl stop`` removes that file) is left stopped, and a
+server this process does not own is never touched.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
+import time
 import warnings
 from pathlib import Path
 
 import fasteners
 import psutil
+from loguru import logger
 
 # Importing the package evaluates PostgresServer's class body, which asks platformdirs for a
 # runtime dir and warns when XDG_RUNTIME_DIR is unset (containers); we never use that dir.
@@ -50,7 +59,21 @@ _thread_lock = threading.Lock()
 
 
 class EmbeddedPostgresError(RuntimeError):
-    """initdb or pg_ctl failed; the message carries their output and the server log's tail."""
+    """initdb or pg_ctl failed; the message carries their output and the server log's tail,
+    ``summary`` the same in one line (what failed, and the server's own reason)."""
+
+    def __init__(self, message: str, summary: str | None = None) -> None:
+        super().__init__(message)
+        self.summary = summary or message.splitlines()[0]
+
+
+class EmbeddedPortInUse(EmbeddedPostgresError):
+    """The embedded server's TCP port is taken by another process (``port``)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        text = f"could not bind {host}:{port}: the port is already in use by another process"
+        super().__init__(text, text)
 
 
 class EmbeddedPostgres:
@@ -96,6 +119,8 @@ class EmbeddedPostgres:
             if self._system_user is not None:
                 self._prepare_for_system_user(self._system_user)
             if not (self._data_dir / "PG_VERSION").exists():
+                if self._port and self._port_taken(self._port):  # before a useless initdb
+                    raise EmbeddedPortInUse(self._host, self._port)
                 self._run("initdb", "-D", str(self._data_dir), "--auth=trust",
                           "--encoding=utf8", "-U", "postgres")
 
@@ -115,6 +140,8 @@ class EmbeddedPostgres:
             # Port 0: pick a free port once, then keep it across restarts of this object so a
             # restarted server comes back at the same DSN.
             port = self._port or find_suitable_port(self._host)
+            if self._port_taken(port):
+                raise EmbeddedPortInUse(self._host, port)
             options = " ".join([
                 "-c", shlex.quote(f"listen_addresses={self._host}"),
                 "-p", str(port),
@@ -122,8 +149,15 @@ class EmbeddedPostgres:
                 "-c", "max_connections=200",
                 "-c", "fsync=on",
             ])
-            self._run("pg_ctl", "-D", str(self._data_dir), "-l", str(self._log_file),
-                      "-w", "-t", "60", "-o", options, "start")
+            log_from = _size(self._log_file)
+            try:
+                self._run("pg_ctl", "-D", str(self._data_dir), "-l", str(self._log_file),
+                          "-w", "-t", "60", "-o", options, "start", log_from=log_from)
+            except EmbeddedPostgresError:
+                # Taken between the check and the server's bind (or on another address).
+                if "Address already in use" in self._log_tail(since=log_from):
+                    raise EmbeddedPortInUse(self._host, port) from None
+                raise
             self._port = port
             self._claim()
 
@@ -173,6 +207,16 @@ class EmbeddedPostgres:
 
     def is_running(self) -> bool:
         return self._postmaster()[0] is not None
+
+    def died(self) -> int | None:
+        """The pid of a postmaster that is gone without shutting down (killed, crashed): its
+        ``postmaster.pid`` is still there; None when it runs or was stopped (``pg_ctl stop``,
+        any mode, removes the file)."""
+        try:
+            pid = int((self._data_dir / "postmaster.pid").read_text().splitlines()[0])
+        except (OSError, ValueError, IndexError):  # absent (stopped), or being written
+            return None
+        return None if self._is_postgres(pid) else pid
 
     async def astart(self) -> None:
         await asyncio.to_thread(self.start)
@@ -255,7 +299,19 @@ class EmbeddedPostgres:
         entry = pwd.getpwnam(user)
         os.chown(self._data_dir, entry.pw_uid, entry.pw_gid)
 
-    def _run(self, program: str, *args: str) -> None:
+    def _port_taken(self, port: int) -> bool:
+        """Is ``port`` on the server's address bound by another process? (SO_REUSEADDR, as
+        the server's own socket: a closing connection's TIME_WAIT does not count.)"""
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((self._host, port))
+            except OSError as exc:
+                return exc.errno == errno.EADDRINUSE
+        return False
+
+    def _run(self, program: str, *args: str, log_from: int | None = None) -> None:
         """Run a PostgreSQL binary (as the system user when root); raise with its output."""
         command = [str(POSTGRES_BIN_PATH / program), *args]
         # Output goes to a file, not a pipe: the postmaster started by pg_ctl could inherit a
@@ -277,14 +333,126 @@ class EmbeddedPostgres:
                                group=group, extra_groups=extra_groups)
             except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
                 output.seek(0)
+                said = output.read().strip()
+                tail = self._log_tail(since=log_from)
+                reason = _first_problem(tail) or _first_problem(said)
                 raise EmbeddedPostgresError(
                     f"{program} failed for {self._data_dir} ({exc})\n"
-                    f"--- {program} output ---\n{output.read().strip()}\n"
-                    f"--- tail of {self._log_file} ---\n{self._log_tail()}"
+                    f"--- {program} output ---\n{said}\n"
+                    f"--- tail of {self._log_file} ---\n{tail}",
+                    f"{program} failed ({reason or exc}); the server's log is {self._log_file}",
                 ) from None
 
-    def _log_tail(self, lines: int = 30) -> str:
+    def _log_tail(self, lines: int = 30, since: int | None = None) -> str:
+        """The server log's last ``lines`` lines (of what was written after byte ``since``)."""
         try:
-            return "\n".join(self._log_file.read_text(errors="replace").splitlines()[-lines:])
+            with open(self._log_file, "rb") as log:
+                log.seek(since or 0)
+                text = log.read().decode(errors="replace")
         except OSError:
             return "(no server log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _first_problem(text: str) -> str | None:
+    """The first FATAL / PANIC / ERROR line of a server log or pg_ctl's output, without its
+    timestamp prefix."""
+    for line in text.splitlines():
+        for word in ("FATAL:", "PANIC:", "ERROR:", "pg_ctl:", "initdb:"):
+            at = line.find(word)
+            if at >= 0:
+                return " ".join(line[at:].split())
+    return None
+
+
+class Watchdog:
+    """Restarts the embedded PostgreSQL its owner started when the postmaster dies.
+
+    A thread (the server's lifecycle calls block) looks every ``every_s``: a postmaster gone
+    without shutting down (``EmbeddedPostgres.died``) is one WARNING line, then up to
+    ``attempts`` restarts ``backoff_s`` apart, doubling up to ``max_backoff_s``; one INFO
+    line when it is back (how long it was gone), one ERROR line when every attempt failed
+    (then it only watches: a server started again by hand is watched as before). A server
+    stopped on purpose is left stopped, and one this process does not own (another
+    broker's, or one that belongs to nobody here) is never restarted.
+    """
+
+    def __init__(self, pg: EmbeddedPostgres, *, every_s: float = 1.0, attempts: int = 5,
+                 backoff_s: float = 1.0, max_backoff_s: float = 30.0) -> None:
+        self.pg = pg
+        self.every_s = every_s
+        self.attempts = max(1, attempts)
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.restarts = 0  # servers brought back
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._gave_up: int | None = None  # the dead pid every attempt failed for
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="embedded-pg-watchdog",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 150.0) -> None:
+        """Stop watching; waits for a restart in progress (so that stopping the server
+        afterwards cannot be undone by it)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.check()
+            except Exception:  # the watchdog must outlive its own bugs
+                logger.opt(exception=True).error("embedded PostgreSQL watchdog failed")
+
+    def check(self) -> None:
+        """One look: restart a dead server this process owns."""
+        if not self.pg.owned:
+            return
+        pid = self.pg.died()
+        if pid is None or pid == self._gave_up:
+            if pid is None:
+                self._gave_up = None
+            return
+        address = f"{self.pg.host}:{self.pg.port}"
+        logger.warning("embedded PostgreSQL on {} died (postmaster pid {} is gone, not shut "
+                       "down); this broker started it and restarts it now", address, pid)
+        gone_at, wait, last = time.monotonic(), self.backoff_s, ""
+        for attempt in range(1, self.attempts + 1):
+            if self._stop.is_set():
+                return
+            try:
+                self.pg.start()
+            except EmbeddedPostgresError as exc:
+                last = exc.summary
+                logger.debug("embedded PostgreSQL restart {}/{} failed: {}", attempt,
+                             self.attempts, last)
+            else:
+                if not self.pg.owned:  # another broker on this directory started it first
+                    logger.info("embedded PostgreSQL on {} runs again after {:.1f} s, started "
+                                "by {}: it is that process's now", address,
+                                time.monotonic() - gone_at,
+                                f"pid {self.pg.owner_pid}" if self.pg.owner_pid
+                                else "another process")
+                    return
+                self.restarts += 1
+                logger.info("embedded PostgreSQL is back on {} after {:.1f} s (restart "
+                            "attempt {})", address, time.monotonic() - gone_at, attempt)
+                return
+            if attempt < self.attempts and self._stop.wait(wait):
+                return
+            wait = min(wait * 2, self.max_backoff_s)
+        self._gave_up = pid
+        logger.error("embedded PostgreSQL on {} could not be restarted ({} attempts; last: {}); "
+                     "pushes stay spooled until it runs again: start it, or restart the broker",
+                     address, self.attempts, last)

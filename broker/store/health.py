@@ -1,12 +1,40 @@
 """The database's reachability as the broker's calls see it, told in a few lines: when
 PostgreSQL becomes unreachable (once, not once per failed request), and when it is back,
 with how long it was gone and what happened meanwhile. The spool tells the rest (what it
-holds, and when it has drained)."""
+holds, and when it has drained).
+
+An outage (PostgreSQL cannot be reached, docs/behaviour.md §5.4) reads as those lines only:
+every other part that meets it (the timer sweeper, the staging merger, the leader jobs, the
+reconcile loop, the spool's registration and uploads, parked pops) logs its failure at DEBUG
+(``is_outage``, ``outage_level``), since this class has told it already; asyncpg's pool
+retries are DEBUG too (broker/__main__.py)."""
 from __future__ import annotations
 
 import time
 
 from loguru import logger
+
+_TOLD = "_told_by_database_health"
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Is ``exc`` (or the error it was raised from) one a DatabaseHealth was told of: the
+    database unreachable (every store call reports its StoreUnavailable before raising it),
+    which that DatabaseHealth has logged already?"""
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        if getattr(error, _TOLD, False):
+            return True
+        seen.add(id(error))
+        error = error.__cause__
+    return False
+
+
+def outage_level(exc: BaseException, level: str = "WARNING") -> str:
+    """The level of a background part's line about failure ``exc``: DEBUG when it is the
+    database outage (DatabaseHealth says it once, and when it is over), else ``level``."""
+    return "DEBUG" if is_outage(exc) else level
 
 
 class DatabaseHealth:
@@ -20,7 +48,11 @@ class DatabaseHealth:
         return self.down_since is not None
 
     def failed(self, exc: BaseException) -> None:
-        """A call found the database unreachable."""
+        """A call found the database unreachable (``exc``, marked: see ``is_outage``)."""
+        try:
+            setattr(exc, _TOLD, True)
+        except AttributeError:  # an exception type with __slots__: told, but not marked
+            pass
         if self.down_since is None:
             self.down_since = time.monotonic()
             self.failed_calls = self.spooled_items = 0

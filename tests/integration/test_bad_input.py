@@ -236,7 +236,8 @@ def test_oversized_body_is_413_json_and_writes_nothing(broker_factory, database,
                                                         "payload": "x" * 500}]})
         assert small.status_code == 200, small.text
         big = c.post("/api/v1/push", json={"items": [{"queue": queue_name, "payload": "x" * 5000}]})
-        assert_error(big, 413)
+        message = assert_error(big, 413)
+        assert "MAX_BODY_BYTES" in message and "2048" in message, message
     assert queue_trace(database, queue_name) == NOTHING
     # the broker is still healthy afterwards
     with httpx.Client(base_url=b.url, timeout=30) as c:
@@ -263,6 +264,25 @@ def test_bad_pop_parameters_are_400_and_write_nothing(http, database, queue_name
     subs = db_fetch(database, "SELECT count(*) FROM queen.consumer_groups_metadata "
                               "WHERE queue_name = $1", queue_name)[0][0]
     assert subs == 0
+
+
+@pytest.mark.parametrize("route", ["/api/v1/pop/queue/{q}", "/api/v1/pop/queue/{q}/partition/p",
+                                   "/api/v1/pop"])
+@pytest.mark.parametrize(("name", "value"), [
+    ("batch", "-1"), ("batch", "0"), ("partitions", "0"), ("partitions", "-3"),
+    ("timeout", "-5"),
+])
+def test_pop_numbers_out_of_range_are_400_naming_the_parameter(http, database, queue_name,
+                                                               route, name, value):
+    """batch and partitions below 1, a negative timeout: a 400 that names the parameter
+    (they were served as the nearest allowed value), and nothing written."""
+    params = {"wait": "true", name: value}
+    if route == "/api/v1/pop":
+        params["namespace"] = queue_name
+    r = http.get(route.format(q=queue_name), params=params)
+    message = assert_error(r, 400)
+    assert message.startswith(f"{name} must be") and value in message, message
+    assert queue_trace(database, queue_name) == NOTHING
 
 
 def test_bad_pop_parameter_on_existing_queue_takes_no_lease(http, database, queue_name):

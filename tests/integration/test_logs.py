@@ -25,7 +25,11 @@ def test_json_lines_access_log_and_mistyped_variables(database, tmp_path):
                       headers={"Authorization": f"Bearer {token}"})
         assert r.status_code == 200
         assert httpx.get(broker.url + "/api/v1/resources/queues", timeout=10).status_code == 401
-        wait_until(lambda: broker.log().count('"access":true') >= 3, 10, "the access lines")
+        # A valid token whose role is too low: refused, and the line says whose it was.
+        r = httpx.post(broker.url + "/api/v1/push", timeout=10, json={"items": []},
+                       headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 403
+        wait_until(lambda: broker.log().count('"access":true') >= 4, 10, "the access lines")
     finally:
         broker.stop()
     lines = [json.loads(line) for line in broker.log().splitlines() if line.strip()]
@@ -39,6 +43,8 @@ def test_json_lines_access_log_and_mistyped_variables(database, tmp_path):
     assert isinstance(ok[0]["duration_ms"], float)
     refused = [a for a in access if a["status"] == 401]
     assert refused and refused[0]["subject"] is None
+    forbidden = [a for a in access if a["status"] == 403]
+    assert forbidden and forbidden[0]["subject"] == "ops-alice", forbidden
     warnings = [line["message"] for line in lines if line["level"] == "WARNING"]
     assert any("QUEEN_MESH_PEER " in w and "did you mean QUEEN_MESH_PEERS" in w
                for w in warnings), warnings

@@ -156,11 +156,17 @@ def test_groups_list_lag_show_seek_delete(ctl):
     for n in range(3):
         ok_json(ctl, "push", queue, json.dumps({"n": n}))
     ok_json(ctl, "pop", queue, "-g", group, "--ack")
+    ok_json(ctl, "pop", queue, "-g", group + "-idle")  # leased, never acknowledged
     groups = ok_json(ctl, "groups", "list")
     mine = [g for g in groups if g["name"] == group]
     assert mine and mine[0]["queueName"] == queue and mine[0]["totalLag"] == 2
+    assert [g["state"] for g in groups if g["name"] == group + "-idle"] == ["Dead"]  # the wire's
     code, out, _ = ctl("groups", "list")
     assert code == 0 and group in out
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    # The table says what the wire's "Dead" means: an active group that never acked.
+    assert "never acked" in rows[group + "-idle"] and "Dead" not in out
+    assert " stable " in rows[group], rows[group]
     lag = ok_json(ctl, "groups", "lag")
     assert any(r["consumer_group"] == group and r["offset_lag"] == 2 for r in lag)
     assert ctl("groups", "lag", "--min-lag-seconds", "5")[0] == 0

@@ -7,4 +7,4 @@ def test_health_reports_connected_database(http):
     body = r.json()
     assert body["status"] == "healthy"
     assert body["database"] == "connected"
-    assert body["version"] == "1.0.0"
+    assert body["version"] == body["brokerVersion"]

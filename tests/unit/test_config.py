@@ -29,7 +29,7 @@ def test_defaults():
     assert s.db_pool_size == 20
     assert s.embedded_pg_dir == Path.cwd() / ".queen" / "pgdata"
     assert s.embedded_pg_port == 54329
-    assert s.default_subscription_mode == ""
+    assert s.default_subscription_mode == "all"
     assert s.pop_wait_backoff_multiplier == 2.0
     assert s.encryption_key is None
     assert s.queen_sync_enabled and s.queen_mesh_port == 6633 and s.queen_mesh_peers == ()

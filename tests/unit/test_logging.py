@@ -71,7 +71,8 @@ def test_sanic_lines_leave_its_own_handlers_for_loguru(routed):
 
 def test_a_connection_error_traceback_is_one_line_and_repeats_are_throttled(routed):
     """asyncpg logs each retry of its pool with a traceback; the line keeps the error's
-    words, not the traceback, and repeats within a minute are dropped."""
+    words, not the traceback, at DEBUG (the store's DatabaseHealth tells the outage), and
+    repeats within a minute are dropped."""
     from broker.__main__ import NOISY
     NOISY._last.clear()
     for _ in range(3):
@@ -80,7 +81,7 @@ def test_a_connection_error_traceback_is_one_line_and_repeats_are_throttled(rout
         except ConnectionRefusedError:
             logging.getLogger("asyncpg.pool").warning(
                 "Failed to restore the pool connection floor; retrying", exc_info=True)
-    assert routed == ["WARNING Failed to restore the pool connection floor; retrying "
+    assert routed == ["DEBUG Failed to restore the pool connection floor; retrying "
                       "(ConnectionRefusedError: [Errno 111] Connection refused)\n"]
 
 

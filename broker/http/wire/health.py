@@ -17,7 +17,11 @@ def health_answer(ok: bool, settings: Settings, database_server: dict, broker_ve
         "databaseServer": database_server,
         "server": settings.queen_server_id,
         "worker_id": settings.worker_id,
-        "version": "1.0.0",
+        # The reference server answers a constant "1.0.0" here, and Queen's dashboard shows
+        # this field as the broker's version ("Broker 1.0.0"): this broker's own release is
+        # the true answer. ``brokerVersion`` carries the same value (older dashboards and
+        # scripts of this broker read it). No client reads either to decide anything.
+        "version": broker_version,
         "brokerVersion": broker_version,
         "shared_state": shared_state,
         "spool": spool,

@@ -11,7 +11,7 @@ from broker.core.domain import QUEUE_MODE, PopRequest
 from broker.core.errors import BadRequest
 from broker.core.times import iso_micro, parse_timestamp
 from broker.core.validate import MAX_NAME
-from broker.http.wire.common import q_bool, q_int, q_str
+from broker.http.wire.common import INT32_MAX, q_bool, q_int, q_str
 from broker.service.pop import Popped, PopResult
 
 MAX_POP_BATCH = 10_000       # messages one pop may return
@@ -45,21 +45,33 @@ def parse_pop(args: Mapping[str, Any], *, queue: str | None, partition: str | No
     # reference broker reads it so, and the official clients send such values.
     if group == QUEUE_MODE:
         sub_mode, sub_from = None, None  # queue mode never seeds
+    partitions = _count(args, "partitions", 1, 1, MAX_POP_PARTITIONS)
     return PopRequest(
         queue=queue,
         partition=partition,
         namespace=namespace if queue is None else None,
         task=task if queue is None else None,
         group=group,
-        batch=q_int(args, "batch", default_batch, minimum=1, maximum=MAX_POP_BATCH),
-        max_partitions=1 if partition is not None else q_int(args, "partitions", 1, minimum=1,
-                                                             maximum=MAX_POP_PARTITIONS),
+        batch=_count(args, "batch", default_batch, 1, MAX_POP_BATCH),
+        # Checked on every route; the partition route claims its one partition whatever
+        # the value.
+        max_partitions=1 if partition is not None else partitions,
         wait=q_bool(args, "wait"),
-        timeout_ms=q_int(args, "timeout", default_timeout_ms, minimum=0),
+        timeout_ms=_count(args, "timeout", default_timeout_ms, 0, INT32_MAX),
         auto_ack=auto_ack,
         subscription_mode=sub_mode,
         subscription_from=sub_from,
     )
+
+
+def _count(args: Mapping[str, Any], name: str, default: int, least: int, most: int) -> int:
+    """A numeric pop parameter: below ``least`` is a 400 naming it (``batch=-1`` would
+    otherwise be served as ``batch=1``); above ``most`` it is capped, a budget larger than
+    one pop serves."""
+    value = q_int(args, name, default, maximum=most)
+    if value < least:
+        raise BadRequest(f"{name} must be an integer >= {least}, got {args.get(name)!r}")
+    return value
 
 
 def pop_message(row: Mapping[str, Any], data: Any, group: str, lease_id: str,
