@@ -204,7 +204,10 @@ def queues_show(ctx: click.Context, queue: str) -> None:
 @click.pass_context
 def queues_configure(ctx: click.Context, queue: str, namespace: str | None, task: str | None,
                      options: tuple[str, ...]) -> None:
-    """Create QUEUE or change its options (options left out keep their value)."""
+    """Create QUEUE or change its options (options left out keep their value).
+
+    Exit 1 when the broker ignored an option it was sent (a misspelt name, or a value it
+    does not act on; its warnings on stderr): the other options were applied."""
     parsed: dict[str, Any] = {}
     for item in options:
         name, sep, value = item.partition("=")
@@ -219,6 +222,12 @@ def queues_configure(ctx: click.Context, queue: str, namespace: str | None, task
     answer = call(ctx, "POST", "/api/v1/configure", body=body)
     emit(ctx, answer, lambda a: f"configured {a['queue']}: " + " ".join(
         f"{k}={v}" for k, v in a["options"].items()))
+    ignored = (answer.get("ignored") or []) if isinstance(answer, dict) else []
+    if ignored:  # applied what it could, but not all that was asked: not a success
+        for warning in answer.get("warnings") or ():
+            click.echo(f"queenctl: warning: {warning}", err=True)
+        raise CtlError(f"the broker ignored {len(ignored)} option(s): {', '.join(ignored)} "
+                       "(the other options were applied)", client.FAILED)
 
 
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")

@@ -97,6 +97,8 @@ class Telemetry:
     errors: Counter = field(default_factory=Counter)
     # messages: pushed (queued), buffered (spooled), duplicate, popped, acked, failed, dlq
     messages: Counter = field(default_factory=Counter)
+    # push items refused by reason (max_size: the queue's depth would pass its maxSize)
+    push_refused: Counter = field(default_factory=Counter)
     # streams cycles by outcome: committed, rolled_back, replayed (already acknowledged)
     stream_cycles: Counter = field(default_factory=Counter)
     # lock operations by "op:outcome" (acquire:acquired, acquire:already, acquire:refused,
@@ -184,6 +186,7 @@ class Telemetry:
         return {"uptime_s": round(time.time() - self.started_at, 3),
                 "requests": dict(self.requests), "errors": dict(self.errors),
                 "messages": dict(self.messages), "stream_cycles": dict(self.stream_cycles),
+                "push_refused": {"max_size": 0, **self.push_refused},
                 "pops": dict(self.pops), "ops": dict(self.ops), "locks": dict(self.locks),
                 "request_seconds_total": round(self.request_seconds_total, 6)}
 

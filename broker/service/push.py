@@ -5,6 +5,7 @@ partition. PostgreSQL itself stages a push behind staged or spooled pushes to it
 partition (``staged``, answered ``buffered``; docs/spool-drain.md)."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,7 +20,7 @@ from broker.core.validate import Invalid, check_name
 from broker.service.context import BrokerContext
 from broker.store.db import PushRow, StoreUnavailable
 
-Outcome = Literal["stored", "buffered", "mixed", "full", "failed"]
+Outcome = Literal["stored", "buffered", "mixed", "full", "failed", "refused"]
 
 
 @dataclass(frozen=True)
@@ -27,18 +28,21 @@ class ItemOutcome:
     """What became of one item. ``status``: PostgreSQL's verdict for an item it stored
     (``queued``, or ``duplicate`` of a transactionId it had), ``staged`` (in
     queen.staged, behind spooled pushes to its partition), ``spooled`` (in this
-    broker's spool) or ``failed`` (the spool could not take it). ``message_id`` and
-    ``partition_id`` for the items PostgreSQL stored; ``message_id`` alone for a staged one."""
+    broker's spool), ``refused`` (its queue's maxSize: ``error`` says why) or ``failed``
+    (the spool could not take it). ``message_id`` and ``partition_id`` for the items
+    PostgreSQL stored; ``message_id`` alone for a staged one."""
     item: PushItem
     status: str
     message_id: str | None = None
     partition_id: str | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
 class PushOutcome:
     """What became of one push request: ``items`` in request order, ``outcome`` for the
-    whole (the route's status code), ``error`` with full/failed (why the spool refused)."""
+    whole (the route's status code), ``error`` with full/failed (why the spool refused)
+    and refused (every item past its queue's maxSize: the reasons)."""
     outcome: Outcome
     items: list[ItemOutcome]
     error: str | None = None
@@ -54,9 +58,16 @@ def checked_producer_sub(sub: str | None) -> str | None:
     return sub
 
 
+_requests = itertools.count(1)
+"""Numbers the push requests of this process (PushRow.request): the store admits or
+refuses a request's items of a queue with maxSize together, even folded with others."""
+
+
 async def to_rows(ctx: BrokerContext, items: list[PushItem],
                   producer_sub: str | None = None) -> list[PushRow]:
-    """Mint message ids and encrypt payloads of encrypted queues."""
+    """Mint message ids and encrypt payloads of encrypted queues; the rows are one
+    request, checked against their queues' maxSize."""
+    request = next(_requests)
     cipher = ctx.cipher
     flags: dict[str, bool] = {}
     if cipher is not None:
@@ -69,7 +80,7 @@ async def to_rows(ctx: BrokerContext, items: list[PushItem],
             transaction_id=item.transaction_id, trace_id=item.trace_id,
             payload=cipher.encrypt(item.payload) if encrypt and cipher else item.payload,
             encrypted=encrypt, producer_sub=producer_sub,
-            payload_json=None if encrypt else item.payload_json,
+            payload_json=None if encrypt else item.payload_json, request=request,
         ))
     return rows
 
@@ -118,17 +129,26 @@ async def _push(ctx: BrokerContext, items: list[PushItem], producer_sub: str | N
         return await _spool(ctx, items, rows, producer_sub)
     wake_after_commit(ctx, {(i.queue, i.partition) for i, r in zip(items, results)
                             if r["status"] == "queued"})
-    out, staged = [], 0
+    out, staged, refused = [], 0, 0
     for item, row in zip(items, results):
         if row["status"] == "staged":
             # Durable in queen.staged, behind earlier spooled pushes to its
             # partition; the merge stores it in order and wakes the pops.
             staged += 1
+        elif row["status"] == "refused":  # past its queue's maxSize: nothing kept
+            refused += 1
+            out.append(ItemOutcome(item, "refused", error=row["error"]))
+            continue
         else:
             telemetry.messages[row["status"]] += 1
         out.append(ItemOutcome(item, row["status"], str(row["message_id"]),
                                None if row["partition_id"] is None
                                else str(row["partition_id"])))
+    if refused:
+        telemetry.push_refused["max_size"] += refused
+    if refused == len(items):
+        reasons = dict.fromkeys(o.error for o in out if o.error)
+        return PushOutcome("refused", out, "; ".join(reasons))
     if staged:
         telemetry.messages["staged"] += staged
         ctx.merger.kick()

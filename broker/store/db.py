@@ -244,6 +244,10 @@ class PushRow:
     encrypted: bool = False
     producer_sub: str | None = None
     payload_json: str | None = None  # ``payload`` already serialized (and checked)
+    # The client push request this item came in: its items of a queue with maxSize are
+    # admitted or refused together. None: not checked (an acknowledged push replayed, a
+    # timer delivered, a dead letter retried: they must not be lost).
+    request: int | None = None
 
 
 class Store:
@@ -394,13 +398,17 @@ class Store:
     async def push(self, rows: Sequence[PushRow], conn: asyncpg.Connection | None = None,
                    accept_us: int | None = None) -> list[asyncpg.Record]:
         """Insert ``rows``, accepted at ``accept_us`` (broker clock, default
-        now); returns (idx, message_id, partition_id, status, late, peer) in
-        input order. Items to partitions with staged rows or another broker's
+        now); returns (idx, message_id, partition_id, status, late, peer, error)
+        in input order. Items to partitions with staged rows or another broker's
         spooled pushes, and every item while the database settles after a
         restart, answer ``staged``: they are in queen.staged, durable, and the
-        merge moves them on in accept order (see push_ordered_v3)."""
+        merge moves them on in accept order. Rows with a ``request`` whose queue
+        has maxSize answer ``refused`` (with the reason in ``error``) when their
+        request would take the queue past it (see push_ordered_v4)."""
         accept = [accept_us if accept_us is not None else now_us()] * len(rows)
-        args = self._push_args(rows, accept)
+        # _push_args is push_ordered_v3's argument list (the streams cycle reads it too);
+        # v4 adds each row's request, for the maxSize check.
+        args = (*self._push_args(rows, accept), [r.request for r in rows])
         if conn is not None:
             with _mapped_errors():
                 return await conn.fetch(sql.PUSH_ORDERED, *args)
@@ -686,6 +694,9 @@ async def _transaction_once(store: Store, steps: list[tuple[str, list]],
                 for step, (kind, rows) in enumerate(steps):
                     if kind == "push":
                         pushed = await store.push(rows, conn=conn)
+                        refused = next((r for r in pushed if r["status"] == "refused"), None)
+                        if refused is not None:  # past the queue's maxSize: roll it all back
+                            raise TransactionAborted(refused["error"])
                         held = next((n for n, r in enumerate(pushed)
                                      if r["status"] == "staged"), None)
                         if held is not None:

@@ -8,13 +8,15 @@ The heavy lifting of push, pop and ack lives in server-side functions
 from broker.store.figures_sql import partition_figures
 
 PUSH_ORDERED = """
-SELECT idx, message_id, partition_id, status, late, peer
-FROM queen.push_ordered_v3($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+SELECT idx, message_id, partition_id, status, late, peer, error
+FROM queen.push_ordered_v4($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 """
 """Insert items (parallel arrays), aware of staging and of the cluster-wide spool
-backlog; one row per item: 'queued', 'duplicate', or 'staged' (into queen.staged,
-behind earlier staged or spooled pushes to its partition, or while the database
-settles after a restart; queen.merge_staged moves it on)."""
+backlog, checking queues' maxSize; one row per item: 'queued', 'duplicate', 'staged'
+(into queen.staged, behind earlier staged or spooled pushes to its partition, or while
+the database settles after a restart; queen.merge_staged moves it on), or 'refused'
+(its request's items would take the queue's depth past maxSize; ``error`` says so).
+Items with a NULL request ($14) are not checked (migrations/0011_queue_limits.sql)."""
 
 UPLOAD_LEDGER = """
 INSERT INTO queen.uploaded_files (spool_id, file_ms, file_seq, events)
@@ -79,8 +81,9 @@ LIMIT $3
 """Partitions of a queue with something beyond a group's cursor (or no cursor
 yet): the hot-list's cold start and periodic reseed."""
 
-ACK = "SELECT * FROM queen.ack_messages_v2($1, $2, $3, $4, $5, $6, $7, $8)"
-"""Apply acknowledgements (parallel arrays); one row per item."""
+ACK = "SELECT * FROM queen.ack_messages_v3($1, $2, $3, $4, $5, $6, $7, $8)"
+"""Apply acknowledgements (parallel arrays); one row per item. A failed ack that sends a
+batch back holds the partition for that group for the queue's retryDelay."""
 
 ENSURE_SUBSCRIPTION = """
 INSERT INTO queen.consumer_groups_metadata
@@ -141,7 +144,7 @@ QUEUE_OPTIONS = (
     ("priority", "priority", "integer", 0),
     ("leaseTime", "lease_time", "integer", 300),
     ("retryLimit", "retry_limit", "integer", 3),
-    ("retryDelay", "retry_delay", "integer", 1000),
+    ("retryDelay", "retry_delay", "integer", 0),  # 1000 before 0011, never applied
     ("maxSize", "max_size", "integer", 0),
     ("ttl", "ttl", "integer", 3600),
     ("deadLetterQueue", "dead_letter_queue", "boolean", False),

@@ -15,7 +15,13 @@ from broker.http.types import BrokerRequest
 from broker.http.wire.common import q_int, q_str
 from broker.http.wire.dlq import dlq_page, retry_answer
 from broker.http.wire.health import health_answer, long_poll_figures, shared_state_answer
-from broker.http.wire.queues import configure_answer, parse_configure, queue_detail, queue_summary
+from broker.http.wire.queues import (
+    configure_answer,
+    ignored_options,
+    parse_configure,
+    queue_detail,
+    queue_summary,
+)
 from broker.service.drain import spool_stats
 from broker.service.push import wake_after_commit
 from broker.store.schema import schema_version
@@ -25,14 +31,18 @@ bp = Blueprint("admin")
 
 @bp.post("/api/v1/configure")
 async def configure(request: BrokerRequest):
-    queue, namespace, task, options = parse_configure(read_json(request))
+    req = parse_configure(read_json(request))
     app = request.app
-    row = await app.ctx.store.configure(queue, namespace, task, options)
-    app.ctx.hints.queue_config_changed(queue, deleted=False)
-    if row["encryption_enabled"] and app.ctx.cipher is None:
+    row = await app.ctx.store.configure(req.queue, req.namespace, req.task, req.options)
+    app.ctx.hints.queue_config_changed(req.queue, deleted=False)
+    # No silent option: what is accepted but not acted on is answered and logged, once.
+    ignored = ignored_options(req, row, encryption_key=app.ctx.cipher is not None)
+    if ignored:
+        logger.warning("configure {}: ignored {}", req.queue, "; ".join(ignored.values()))
+    elif row["encryption_enabled"] and app.ctx.cipher is None:
         logger.warning("queue {} has encryptionEnabled but QUEEN_ENCRYPTION_KEY is not set: "
-                       "its payloads are stored in clear", queue)
-    return json(configure_answer(row))
+                       "its payloads are stored in clear", req.queue)
+    return json(configure_answer(row, req, ignored))
 
 
 # -- queues -----------------------------------------------------------------

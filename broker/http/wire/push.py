@@ -64,15 +64,18 @@ def push_answer(outcome: PushOutcome) -> list[dict]:
 
 def _item_answer(index: int, done: ItemOutcome, error: str | None) -> dict:
     item = done.item
-    if done.status in ("staged", "spooled", "failed"):
+    if done.status in ("staged", "spooled", "failed", "refused"):
         # Not in queen.messages (yet): no message or partition id to tell. Staged and
         # spooled items are both ``buffered`` to the client: durable, stored in order later.
+        # A refused one (its queue's maxSize) is ``failed`` with the reason, which the
+        # client raises or hands to its error callback.
+        failed = done.status in ("failed", "refused")
         out: dict[str, Any] = {
-            "index": index, "status": "failed" if done.status == "failed" else "buffered",
+            "index": index, "status": "failed" if failed else "buffered",
             "queue": item.queue, "partition": item.partition,
             "transactionId": item.transaction_id}
-        if done.status == "failed":
-            out["error"] = error
+        if failed:
+            out["error"] = done.error if done.status == "refused" else error
         return out
     out = {
         "index": index,

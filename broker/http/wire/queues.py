@@ -2,8 +2,10 @@
 (§10.1, §10.2), whose per-partition message figures the status routes show too (§14.3)."""
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from broker.core.errors import BadRequest
@@ -13,8 +15,48 @@ from broker.store.sql import QUEUE_OPTIONS
 
 # -- configure ------------------------------------------------------------------------------
 
+_DLQ_ALWAYS = ("a message that failed retryLimit times goes to the dead-letter queue; "
+               "false is ignored")
 
-def parse_configure(body: Any) -> tuple[str, str | None, str | None, dict[str, Any]]:
+OPTION_EFFECTS: dict[str, tuple[str, str]] = {
+    "priority": ("stored", "shown in listings; pops do not order queues by priority"),
+    "leaseTime": ("applied", "seconds a popped batch stays leased (0: 60)"),
+    "retryLimit": ("applied", "failed acks before a message is dead-lettered"),
+    "retryDelay": ("applied", "milliseconds before a failed batch is delivered again to "
+                              "that consumer group (0: at once)"),
+    "maxSize": ("applied", "a push that would take the queue's depth (messages some consumer "
+                           "has not finished, and staged ones) past it is refused (0: none)"),
+    "ttl": ("stored", "messages do not expire by ttl (retentionSeconds with "
+                      "retentionEnabled, or maxWaitTimeSeconds, delete old messages)"),
+    "deadLetterQueue": ("fixed", _DLQ_ALWAYS),
+    "dlqAfterMaxRetries": ("fixed", _DLQ_ALWAYS),
+    "delayedProcessing": ("applied", "seconds a message stays invisible after its push"),
+    "windowBuffer": ("applied", "a partition is handed out once its newest message is this "
+                                "many seconds old"),
+    "retentionSeconds": ("applied", "messages older than this are deleted, consumed or not; "
+                                    "needs retentionEnabled"),
+    "completedRetentionSeconds": ("applied", "messages older than this are deleted once every "
+                                             "consumer passed them; needs retentionEnabled"),
+    "retentionEnabled": ("applied", "switches the two retention ages on"),
+    "encryptionEnabled": ("applied", "payloads stored encrypted; needs QUEEN_ENCRYPTION_KEY "
+                                     "on the broker"),
+    "maxWaitTimeSeconds": ("applied", "messages older than this that some consumer has not "
+                                      "taken are deleted (never dead-lettered)"),
+}
+"""What this broker does with each queue option: ``applied``, ``stored`` (kept and shown,
+nothing acts on it) or ``fixed`` (the behaviour is always on), with a line saying how."""
+
+
+@dataclass(frozen=True)
+class ConfigureRequest:
+    queue: str
+    namespace: str | None
+    task: str | None
+    options: dict[str, Any]   # the known options sent (not null), checked, by wire name
+    sent: dict[str, Any]      # every option as sent, unknown names included
+
+
+def parse_configure(body: Any) -> ConfigureRequest:
     body = body_object(body)
     queue = required_name(body.get("queue"), "queue is required")
     namespace = body.get("namespace") if isinstance(body.get("namespace"), str) else None
@@ -41,10 +83,43 @@ def parse_configure(body: Any) -> tuple[str, str | None, str | None, dict[str, A
             if value < lowest or value > 2**31 - 1:
                 raise BadRequest(f"options.{name} must be between {lowest} and {2**31 - 1}")
         options[name] = value
-    return queue, namespace, task, options
+    return ConfigureRequest(queue, namespace, task, options, raw)
 
 
-def configure_answer(row: Mapping[str, Any]) -> dict:
+def ignored_options(req: ConfigureRequest, row: Mapping[str, Any], encryption_key: bool
+                    ) -> dict[str, str]:
+    """The options of a configure this broker accepted but does not act on, each with a
+    warning, in the order sent: unknown names, and known ones whose value asks for what
+    this broker does not do (a value saying what it does anyway, e.g. priority 0, is not
+    listed). ``row``: the queue as stored after the configure."""
+    out: dict[str, str] = {}
+    for name in req.sent:
+        if name not in OPTION_EFFECTS:
+            near = difflib.get_close_matches(name, OPTION_EFFECTS, n=1)
+            out[name] = (f"{name}: unknown option, ignored"
+                         + (f" (did you mean {near[0]}?)" if near else ""))
+            continue
+        value = req.options.get(name)
+        if value is None:
+            continue
+        if name in ("priority", "ttl") and value != 0:
+            out[name] = f"{name}: stored only; {OPTION_EFFECTS[name][1]}"
+        elif name in ("deadLetterQueue", "dlqAfterMaxRetries") and value is False:
+            out[name] = f"{name}: dead-lettering is always on: {_DLQ_ALWAYS}"
+        elif (name in ("retentionSeconds", "completedRetentionSeconds") and value > 0
+              and not row["retention_enabled"]):
+            out[name] = f"{name}: no effect while retentionEnabled is false"
+        elif name == "encryptionEnabled" and value is True and not encryption_key:
+            out[name] = ("encryptionEnabled: QUEEN_ENCRYPTION_KEY is not set on this broker, "
+                         "so payloads are stored in clear")
+    return out
+
+
+def configure_answer(row: Mapping[str, Any], req: ConfigureRequest | None = None,
+                     ignored: Mapping[str, str] | None = None) -> dict:
+    """§9's answer, plus what became of the options sent: ``applied`` (names), ``ignored``
+    (names accepted but not acted on) and ``warnings`` (one line per ignored name)."""
+    ignored = ignored or {}
     return {
         "configured": True,
         "queueId": str(row["id"]),
@@ -53,7 +128,18 @@ def configure_answer(row: Mapping[str, Any]) -> dict:
         "namespace": row["namespace"],
         "task": row["task"],
         "options": queue_options(row),
+        "applied": [n for n in (req.options if req else ()) if n not in ignored],
+        "ignored": list(ignored),
+        "warnings": list(ignored.values()),
     }
+
+
+def supported_options() -> list[dict]:
+    """Every queue option with its type, default and what this broker does with it (the
+    dashboard's configuration form)."""
+    return [{"name": name, "type": typ, "default": default,
+             "effect": OPTION_EFFECTS[name][0], "note": OPTION_EFFECTS[name][1]}
+            for name, _col, typ, default in QUEUE_OPTIONS]
 
 
 # -- queue resources ------------------------------------------------------------------------

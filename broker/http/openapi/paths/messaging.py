@@ -9,6 +9,7 @@ from broker.http.openapi.builder import (
     STR,
     UUID,
     arr,
+    error,
     obj,
     op,
     path,
@@ -72,11 +73,17 @@ POP_DESC = ("An answer with no message is 200 with an empty `messages` list "
 OPERATIONS = [
     op("POST", "/api/v1/push", tag=TAG, summary="Push messages",
        description="Stored (200), or all buffered in the spool because PostgreSQL is "
-                   "unreachable or push maintenance is on (201). An empty `items` is 201 `[]`.",
+                   "unreachable or push maintenance is on (201). An empty `items` is 201 `[]`. "
+                   "A queue with `maxSize`: the request's items of that queue are refused "
+                   "together when they would take its depth past it (`status: failed`, "
+                   "`error: Queue '<name>' would exceed max capacity (<max>). Current: "
+                   "<depth>, Batch: <n>`); 409 when every item was refused.",
        body=obj({"items": arr(PUSH_ITEM)}, ["items"]), body_required=True,
        ok=arr(PUSH_RESULT),
        responses={201: {"description": "Everything buffered in the spool (or nothing sent)",
-                        "content": {"application/json": {"schema": arr(PUSH_RESULT)}}}}),
+                        "content": {"application/json": {"schema": arr(PUSH_RESULT)}}},
+                  409: error(409, "Every item refused: its queue's depth would pass maxSize "
+                                  "(`code: max_size`)")}),
     op("GET", "/api/v1/pop/queue/<queue:str>/partition/<partition:str>", tag=TAG,
        summary="Pop from one partition", description=POP_DESC,
        params=(path("queue"), path("partition"), *POP_PARAMS), ok=POP_ANSWER),

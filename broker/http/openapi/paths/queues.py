@@ -31,13 +31,19 @@ QUEUE_ROW = obj({"id": STR, "name": STR, "namespace": NSTR, "task": NSTR, "prior
 
 OPERATIONS = [
     op("POST", "/api/v1/configure", tag=TAG, summary="Create or configure a queue",
-       description="Options left out keep their value (a new queue takes the default).",
+       description="Options left out keep their value (a new queue takes the default). "
+                   "A value of the wrong type or range is a 400 naming the option. "
+                   "`applied` lists the options sent that take effect; `ignored` the ones "
+                   "accepted but not acted on (an unknown name, or a value asking for what "
+                   "this broker does not do, e.g. `priority` other than 0, `ttl`, "
+                   "`deadLetterQueue: false`), each with a line in `warnings`.",
        body=obj({"queue": {"type": "string", "minLength": 1, "maxLength": 255},
                  "namespace": STR, "task": STR, "options": OPTIONS}, ["queue"]),
        body_required=True,
        ok=obj({"configured": BOOL, "queueId": STR, "partitionId": STR, "queue": STR,
-               "namespace": NSTR, "task": NSTR, "options": OPTIONS},
-              ["configured", "queue", "options"])),
+               "namespace": NSTR, "task": NSTR, "options": OPTIONS,
+               "applied": arr(STR), "ignored": arr(STR), "warnings": arr(STR)},
+              ["configured", "queue", "options", "applied", "ignored", "warnings"])),
     op("GET", "/api/v1/resources/queues", tag=TAG, summary="List queues with message counts",
        ok=obj({"queues": arr(QUEUE_ROW)}, ["queues"])),
     op("GET", "/api/v1/resources/queues/<queue:str>", tag=TAG, summary="One queue, per partition",

@@ -20,9 +20,8 @@ from broker.core.times import iso_milli, parse_timestamp
 from broker.http.responses import args, error, json
 from broker.http.types import BrokerRequest
 from broker.http.wire.common import MAX_NAME, q_int, q_str
-from broker.http.wire.queues import queue_options
+from broker.http.wire.queues import queue_options, supported_options
 from broker.store import browse
-from broker.store.sql import QUEUE_OPTIONS
 
 bp = Blueprint("ops_browse")
 
@@ -68,8 +67,7 @@ async def queue(request: BrokerRequest, queue: str):
         return error("Queue not found", 404)
     return json({"name": row["name"], "namespace": row["namespace"], "task": row["task"],
                  "createdAt": iso_milli(row["created_at"]), "options": queue_options(row),
-                 "supportedOptions": [{"name": name, "type": typ, "default": default}
-                                      for name, _col, typ, default in QUEUE_OPTIONS]})
+                 "supportedOptions": supported_options()})
 
 
 @bp.get("/api/v1/browse/queues/<queue:str>/partitions", unquote=True)

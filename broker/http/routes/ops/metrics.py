@@ -65,7 +65,9 @@ async def metrics_json(request: BrokerRequest) -> HTTPResponse:
         "messages": {"total": telemetry.pushed_total(), "rate": rates["pushed"],
                      "processed": telemetry.processed_total(),
                      "processedRate": rates["processed"],
-                     "byStatus": snap["messages"]},
+                     "byStatus": snap["messages"],
+                     # push items refused, by reason (max_size: past the queue's maxSize)
+                     "refused": snap["push_refused"]},
         "database": {"poolSize": g["db_pool_size"], "maxPoolSize": g["db_pool_max"],
                      "idleConnections": g["db_pool_idle"],
                      "activeConnections": g["db_pool_size"] - g["db_pool_idle"],
@@ -218,6 +220,10 @@ class SnapshotCollector:
                     1 if g["pop_maintenance_mode"] else 0)
         yield counter("queen_messages_total", "Messages seen by this broker, by outcome",
                       ["status"], sorted(([k], v) for k, v in t["messages"].items()))
+        yield counter("queen_push_refused_total",
+                      "Push items this broker refused, by reason (max_size: the queue's "
+                      "depth would pass its maxSize)", ["reason"],
+                      sorted(([k], v) for k, v in t.get("push_refused", {}).items()))
         yield counter("queen_stream_cycles", "Streams cycles on this broker, by outcome",
                       ["outcome"], sorted(([k], v) for k, v in t["stream_cycles"].items()))
         pops = t.get("pops", {})

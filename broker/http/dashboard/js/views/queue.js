@@ -1,9 +1,14 @@
-// One queue: its partitions (paged, exact figures), its configuration (only the options
-// this broker supports; saved through POST /api/v1/configure) and its depth over time.
+// One queue: its partitions (paged, exact figures), its configuration (only the
+// options this broker supports, each saying whether it is applied; saved through POST
+// /api/v1/configure, whose answer lists what was applied and what was ignored) and its
+// depth over time.
 import { api, enc, qs } from "/dashboard/js/api.js";
 import { fill, actionButton, can, debounce, errorBox, fmt, h, lineChart, pager, table, toast } from "/dashboard/js/ui.js";
 
 const LIMIT = 100;
+
+// What this broker does with an option (supportedOptions[].effect), as the form says it.
+const EFFECT_LABEL = { applied: "applied", stored: "stored only", fixed: "always on" };
 
 function configForm(name, q) {
   const inputs = {};
@@ -13,8 +18,13 @@ function configForm(name, q) {
       ? h("input", { type: "checkbox", name: o.name, checked: current ? true : null, disabled: !can("configure") })
       : h("input", { type: "number", name: o.name, value: current, step: 1, disabled: !can("configure") });
     inputs[o.name] = { input, option: o, current };
-    return [h("label", { for: `opt-${o.name}` }, o.name), Object.assign(input, { id: `opt-${o.name}` })];
+    const effect = h("span", { class: o.effect === "applied" ? "muted" : "warn", id: `opt-effect-${o.name}`,
+                               "data-effect": o.effect || "applied", title: o.note || "" },
+      `${EFFECT_LABEL[o.effect] || "applied"}${o.note ? ` – ${o.note}` : ""}`);
+    return [h("label", { for: `opt-${o.name}` }, o.name), Object.assign(input, { id: `opt-${o.name}` }), effect];
   });
+  // The last save's answer: which options were applied, and which the broker ignored (why).
+  const outcome = h("div", { id: "config-outcome" });
   const save = actionButton("configure", "Save configuration", async (ev) => {
     ev.preventDefault();
     const options = {};
@@ -24,12 +34,24 @@ function configForm(name, q) {
     }
     if (!Object.keys(options).length) { toast("Nothing changed."); return; }
     try {
-      await api("/api/v1/configure", { method: "POST", body: { queue: name, options } });
-      toast(`Saved: ${Object.keys(options).join(", ")}`);
+      const answer = await api("/api/v1/configure", { method: "POST", body: { queue: name, options } });
+      const applied = answer.applied || Object.keys(options);
+      const ignored = answer.ignored || [];
       for (const key of Object.keys(options)) inputs[key].current = options[key];
+      fill(outcome,
+        h("p", { id: "config-applied" }, applied.length ? `Applied: ${applied.join(", ")}.` : "Nothing applied."),
+        ignored.length ? h("div", { id: "config-ignored", class: "warn" },
+          h("p", {}, `Ignored by this broker: ${ignored.join(", ")}`),
+          h("ul", {}, (answer.warnings || []).map((w) => h("li", {}, w)))) : null);
+      if (ignored.length) toast(`Saved, but ignored: ${ignored.join(", ")}`, true);
+      else toast(`Saved: ${applied.join(", ")}`);
     } catch (err) { toast(err.message, true); }
   }, { id: "config-save" });
-  return h("form", { id: "config-form" }, h("div", { class: "form-grid" }, rows.flat()), h("p", {}, save));
+  return h("form", { id: "config-form" },
+    h("p", { class: "muted" }, "Every option is stored; \u201capplied\u201d ones change what this broker does. " +
+      "Saving one this broker does not act on lists it under \u201cIgnored\u201d."),
+    h("div", { class: "form-grid", style: "grid-template-columns: max-content 12rem auto" }, rows.flat()),
+    h("p", {}, save), outcome);
 }
 
 export async function render(root, [name]) {
