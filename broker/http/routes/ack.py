@@ -16,7 +16,12 @@ from broker.http.wire.ack import (
 )
 from broker.http.wire.common import body_object
 from broker.http.wire.push import check_item_count
-from broker.http.wire.transaction import parse_transaction, transaction_answer
+from broker.http.wire.push_binary import is_binary, parse_binary_transaction
+from broker.http.wire.transaction import (
+    parse_transaction,
+    transaction_answer,
+    transaction_counts,
+)
 from broker.service import ack as service
 from broker.service.push import checked_producer_sub
 
@@ -40,12 +45,20 @@ async def ack_batch(request: BrokerRequest):
 
 @bp.post("/api/v1/transaction")
 async def transaction(request: BrokerRequest):
-    flat, required, riders = parse_transaction(read_json(request))
+    counts = False
+    if is_binary(request):  # the client's binary_push + push_compression body (QTB1)
+        binary = parse_binary_transaction(request.body or b"",
+                                          request.app.ctx.settings.max_body_bytes)
+        flat, required, riders = parse_transaction(binary.head, binary.items)
+        counts = binary.counts
+    else:
+        flat, required, riders = parse_transaction(read_json(request))
     check_item_count(len(flat), request.app.ctx.settings.push_max_items_per_request)
     outcome = await service.transaction(
         request.app.ctx, flat, required,
         checked_producer_sub(getattr(request.ctx, "producer_sub", None)), riders)
-    return json(transaction_answer(outcome, flat, riders))
+    answer = transaction_answer(outcome, flat, riders)
+    return json(transaction_counts(answer) if counts else answer)
 
 
 @bp.post("/api/v1/lease/<lease_id:str>/extend", unquote=True)

@@ -11,7 +11,9 @@ returned. Parsing never touches the database.
     queues.py       configure, queue options, listings and detail, per-partition figures
     dlq.py          dead-letter pages, the retry's answer
     health.py       /health and the shared-state view
-    reads.py        offset reads and partition discovery
-    kv.py, locks.py, timers.py   the state surfaces' operations
-    listings.py     the operator listings of keys and locks
+    reads.py        offset reads and partition discovery, their answers
+    kv.py, locks.py, timers.py   the state surfaces' operations, the answers around their
+                    results (kv: the path-style routes' headers, ETag and status too)
+    listings.py     the operator listings of keys and locks, their pages
+    streams.py      the /streams/v1 bodies and answers; the operator's view of the queries
 """

@@ -2,8 +2,10 @@
 required leases, riders) and its answer, committed or rolled back."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from broker.core.domain import PushItem
 from broker.core.errors import BadRequest
 from broker.core.ids import is_uuid
 from broker.http.wire.ack import parse_ack_item, parse_group
@@ -25,15 +27,17 @@ from broker.store.kv import rolled_back as kv_rolled_back
 Flat = list[tuple[str, Any]]
 
 
-def parse_transaction(body: Any) -> tuple[Flat, list[str], Riders]:
+def parse_transaction(body: Any, pushes: Sequence[PushItem] = ()
+                      ) -> tuple[Flat, list[str], Riders]:
     """The operations flattened in request order, the required lease ids (each once),
-    the riders."""
+    the riders. ``pushes``: the pushed items of a binary body (wire/push_binary.py), which
+    follow the head's operations."""
     body = body_object(body)
     riders = Riders(*parse_riders(body))
-    ops = body.get("operations")
+    ops = body.get("operations", [] if pushes else None)
     if not isinstance(ops, list):
         raise BadRequest("operations array required")
-    if not ops and not riders:
+    if not ops and not riders and not pushes:
         raise BadRequest("operations array cannot be empty")
     required = body.get("requiredLeases") or []
     if not isinstance(required, list) or not all(is_uuid(x) for x in required):
@@ -56,6 +60,7 @@ def parse_transaction(body: Any) -> tuple[Flat, list[str], Riders]:
             flat.append(("ack", row))
         else:
             raise BadRequest(f"operations[{n}].type must be 'push' or 'ack', got {kind!r}")
+    flat += [("push", item) for item in pushes]
     return flat, required, riders
 
 
@@ -87,6 +92,21 @@ def transaction_answer(outcome: TransactionOutcome, flat: Flat, riders: Riders) 
                                 "dlq": r["dlq"]})
     results += rider_results(len(results), riders.kv_results, riders.timer_results)
     return {"transactionId": txn_id, "success": True, "results": results}
+
+
+def transaction_counts(answer: dict) -> dict:
+    """A committed transaction's answer as the binary body's flag 2 asks: the pushes' and
+    the acks' results counted (``pushed``, ``duplicate``, ``acked``), the riders' results
+    kept. A rolled-back answer stays whole: which operation failed is the point of it."""
+    if not answer.get("success"):
+        return answer
+    ops = [r for r in answer["results"] if r.get("type") in ("push", "ack")]
+    return {"transactionId": answer["transactionId"], "success": True,
+            "pushed": sum(1 for r in ops if r["type"] == "push" and r["status"] == "queued"),
+            "duplicate": sum(1 for r in ops if r["type"] == "push"
+                             and r["status"] == "duplicate"),
+            "acked": sum(1 for r in ops if r["type"] == "ack" and r["success"]),
+            "results": [r for r in answer["results"] if r.get("type") not in ("push", "ack")]}
 
 
 def _kv_precondition(outcome: TransactionOutcome, failed: KvPreconditionFailed, flat: Flat,
