@@ -5,6 +5,9 @@
 Starts a broker on loopback (embedded PostgreSQL in a temporary directory, or PG_* as the
 benchmarks do), runs a small producer and consumer against it for about a minute so the
 throughput chart has a shape, then photographs the overview in headless Chromium.
+
+The README's other pictures (docs/dashboard-overview.png, -streams.png, -state.png) are taken
+by the browser tests: ``QUEEN_SCREENSHOTS=docs python3 dev.py test tests/browser``.
 """
 from __future__ import annotations
 

@@ -4,11 +4,14 @@ processes on their own database (the maintenance test flips cluster-wide flags).
 
 Every page a test opens records console errors and uncaught exceptions; the ``page``
 fixture fails the test if there was any. Screenshots go to ``test-artifacts/dashboard/``
-(git-ignored) for a reviewer to look at.
+(git-ignored) for a reviewer to look at. With ``QUEEN_SCREENSHOTS=DIR`` (relative to the
+repository, e.g. ``QUEEN_SCREENSHOTS=docs``) the screenshots the README shows (the overview,
+the Streams and the State views) are also written to ``DIR/dashboard-<view>.png``.
 """
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from pathlib import Path
 
@@ -110,8 +113,14 @@ def page(chromium):
     assert not problems, f"the page logged errors: {problems}"
 
 
-def screenshot(pg, name: str) -> Path:
+def screenshot(pg, name: str, docs: str | None = None) -> Path:
+    """Save the page to test-artifacts/dashboard/<name>.png; a screenshot the README shows
+    (``docs``: its file name without .png) also to $QUEEN_SCREENSHOTS/<docs>.png when set."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     pg.screenshot(path=str(path), full_page=True)
+    if docs is not None and (wanted := os.environ.get("QUEEN_SCREENSHOTS")):
+        folder = ROOT / wanted  # an absolute DIR stays itself
+        folder.mkdir(parents=True, exist_ok=True)
+        pg.screenshot(path=str(folder / f"{docs}.png"), full_page=True)
     return path

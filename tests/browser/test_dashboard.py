@@ -87,7 +87,7 @@ def test_overview_shows_the_totals_of_what_was_pushed(dash, page):
                            .replace(",", "")) >= 12, 10, "12 pushes in the throughput panel")
     assert page.locator("#throughput-chart canvas").count() == 1
     assert "push maintenance: off" in page.locator("#cluster").inner_text()
-    screenshot(page, "overview")
+    screenshot(page, "overview", docs="dashboard-overview")
 
 
 def test_overview_updates_without_a_reload(dash, page):

@@ -70,7 +70,7 @@ def test_state_view_shows_namespaces_locks_and_timers(dash, page):
     keys = [c.inner_text() for c in page.locator('#kv-keys [data-fig$=":key"]').all()]
     assert keys == ["k0", "k1", "k2", "ttl"]
     assert _fig(page, "key", "k1", "version") == "1"
-    screenshot(page, "state-view")
+    screenshot(page, "state-view", docs="dashboard-state")
 
     # a timer and a second lock after the page loaded: the page follows by itself
     _ops(dash.url, "/api/v1/timers", _timer(queue, "t3", 3_600_000))

@@ -64,7 +64,7 @@ def test_streams_view_shows_a_query_with_its_state_size(dash, page):
     assert cells.nth(5).inner_text() == "2"                       # partitions
     assert cells.nth(6).inner_text() == "2"                       # committed cycles
     assert cells.nth(7).inner_text() != "–"                       # last cycle time
-    screenshot(page, "streams")
+    screenshot(page, "streams", docs="dashboard-streams")
 
     row.click()
     page.wait_for_function("want => document.documentElement.dataset.rendered === want",

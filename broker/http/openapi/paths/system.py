@@ -28,7 +28,7 @@ Q_ENTRY = obj({"id": STR, "reason": NSTR, "error": NSTR, "quarantinedAt": ANY,
                "transactionId": NSTR}, ["id"])
 HEALTH = obj({"status": {"type": "string", "enum": ["healthy", "unhealthy"]},
               "database": {"type": "string", "enum": ["connected", "disconnected"]},
-              "server": STR, "brokerVersion": STR, "shared_state": MAP, "spool": MAP},
+              "server": STR, "version": STR, "brokerVersion": STR, "shared_state": MAP, "spool": MAP},
              ["status", "database", "server"])
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 
