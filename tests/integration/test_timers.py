@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 from datetime import timedelta
 
 import asyncpg
 import httpx
 import pytest
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from queen import Queen
@@ -149,8 +151,9 @@ def test_delivered_exactly_once_across_three_brokers(broker_factory, database, q
 
 
 async def test_refusals(client, http, queue_name):
-    """Server-owned fields, a missing delay, bad base64 and zstd are coded 400s that
-    schedule nothing; the client sees them as TimerError with the code."""
+    """Server-owned fields, a missing delay, bad base64 and a damaged or oversized zstd
+    payload are refused and schedule nothing; the client sees them as TimerError with the
+    code."""
     cases = [
         ({"op": "schedule", "queue": queue_name, "timerKey": "k", "payload": "MQ==",
           "delayMs": 1, "producerSub": "forged"}, "timers_server_owned_field"),
@@ -165,9 +168,13 @@ async def test_refusals(client, http, queue_name):
             {"op": "schedule", "queue": queue_name, "timerKey": "ok", "payload": "MQ==",
              "delayMs": 1}, op]})
         assert r.status_code == 400 and r.json()["error"] == code, (op, r.text)
-    with pytest.raises(TimerError) as err:
+    with pytest.raises(TimerError) as err:  # payloadZstd, but not a zstd frame
         await client.timers.schedule(queue_name, "z", b"raw", delay_ms=1, payload_zstd=True)
-    assert err.value.status == 400 and err.value.code == "timers_zstd_unsupported"
+    assert err.value.status == 400 and err.value.code == "timers_bad_payload"
+    bomb = zstandard.ZstdCompressor(write_content_size=True).compress(b" " * (64 << 20))
+    with pytest.raises(TimerError) as err:  # a small frame that unpacks past the limit
+        await client.timers.schedule(queue_name, "z", bomb, delay_ms=1, payload_zstd=True)
+    assert err.value.status == 413
     assert not await client.timers.peek(queue_name, "ok")
     assert not await client.timers.peek(queue_name, "k")
 
@@ -215,3 +222,14 @@ async def test_encrypted_queue_timer_and_fetch(client, http, queue_name):
     assert msg["data"] == {"card": "4111"}
     read = await client.queue(queue_name).fetch("Default")
     assert [rec["payload"] for rec in read["Default"]["records"]] == [{"card": "4111"}]
+
+
+async def test_a_zstd_payload_is_delivered_as_its_json_body(client, queue_name):
+    """payload_zstd=True (the 2.6 client's flag; its caller compresses the JSON body): the
+    timer delivers the body the frame holds, as if it had been sent uncompressed."""
+    body = {"order": 7, "lines": ["a", "b"], "note": "x" * 500}
+    frame = zstandard.ZstdCompressor(write_content_size=True).compress(
+        json.dumps(body).encode())
+    await client.timers.schedule(queue_name, "zk", frame, delay_ms=0, payload_zstd=True)
+    [got] = await pop_all(client, queue_name, 1)
+    assert got["data"] == body

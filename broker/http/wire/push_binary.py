@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import ujson
-import zstandard
 
 from broker.core.domain import PushItem
 from broker.core.errors import BadRequest
 from broker.http.wire.push import parse_push_item
+from broker.http.wire.zstd import Budget, refused, unzstd
 
 CONTENT_TYPE = "application/x-queen-push"
 PUSH_MAGIC = b"QPB1"
@@ -69,10 +69,6 @@ def is_binary(request: Any) -> bool:
     """Whether a request carries a binary body (its Content-Type; the magic says which)."""
     kind = request.headers.get("content-type") or ""
     return kind.split(";", 1)[0].strip().lower() == CONTENT_TYPE
-
-
-def refused(what: str) -> BadRequest:
-    return BadRequest(f"Invalid binary body: {what}")
 
 
 class _Reader:
@@ -110,40 +106,6 @@ class _Reader:
 
     def done(self) -> bool:
         return self.at == len(self.data)
-
-
-class Budget:
-    """The bytes a request may still unpack to: one limit for all of its zstd frames."""
-
-    __slots__ = ("limit", "left")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = self.left = limit
-
-    def spend(self, size: int, what: str) -> None:
-        if size > self.left:
-            raise BadRequest(f"{what} would unpack the request past the {self.limit} bytes "
-                             f"this broker accepts in one request (MAX_BODY_BYTES)", 413)
-        self.left -= size
-
-
-def unzstd(frame: bytes, budget: Budget, what: str) -> bytes:
-    """One zstd frame's content, refused when it does not declare its size, declares more
-    than the budget has left, or is not what it declares."""
-    try:
-        size = zstandard.frame_content_size(frame)
-    except zstandard.ZstdError:
-        raise refused(f"{what} is not a zstd frame") from None
-    if size < 0:
-        raise refused(f"{what}: the zstd frame must declare its content size")
-    budget.spend(size, what)
-    try:
-        raw = zstandard.ZstdDecompressor().decompress(frame)
-    except zstandard.ZstdError as exc:
-        raise refused(f"{what}: {exc}") from None
-    if len(raw) != size:
-        raise refused(f"{what}: the zstd frame is not the size it declares")
-    return raw
 
 
 def _payload(raw: bytes, where: str) -> Any:

@@ -15,6 +15,7 @@ from broker.core.errors import BadRequest
 from broker.core.ids import new_uuid7
 from broker.core.validate import Invalid, payload_json, text_problem
 from broker.http.wire.common import array_field, body_object, is_int, name_field
+from broker.http.wire.zstd import Budget, unzstd
 from broker.store.timers import TimerOp
 
 TIMER_MAX_OPS = 1000
@@ -51,17 +52,31 @@ def _timer_name(value: Any, where: str) -> str:
         raise _timer_refusal(exc.message) from None
 
 
-def _timer_payload(value: Any, where: str) -> Any:
+# A zstd payload (payloadZstd) may unpack to at most this: MAX_BODY_BYTES' default, the
+# most a plain JSON payload could be.
+TIMER_ZSTD_MAX_BYTES = 16 * 1024 * 1024
+
+
+def _bad_payload(message: str) -> BadRequest:
+    return _timer_refusal(message, "timers_bad_payload")
+
+
+def _timer_payload(value: Any, where: str, zstd: bool = False) -> Any:
     """The wire's base64 of the message body (JSON), decoded and held to the rule of
-    what PostgreSQL stores."""
+    what PostgreSQL stores; with ``zstd`` the base64 is of one zstd frame of that body (the
+    client's ``payload_zstd=True``, its caller having compressed it)."""
     if not isinstance(value, str):
-        raise _timer_refusal(f"{where} must be base64 of the message's JSON body",
-                             "timers_bad_payload")
+        raise _bad_payload(f"{where} must be base64 of the message's JSON body")
     try:
-        payload = ujson.loads(base64.b64decode(value, validate=True).decode("utf-8"))
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise _timer_refusal(f"{where} must be base64 of the message's JSON body",
-                             "timers_bad_payload") from None
+        raw = base64.b64decode(value, validate=True)
+    except (ValueError, binascii.Error):
+        raise _bad_payload(f"{where} must be base64 of the message's JSON body") from None
+    if zstd:
+        raw = unzstd(raw, Budget(TIMER_ZSTD_MAX_BYTES, "a timer's payload"), where, _bad_payload)
+    try:
+        payload = ujson.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise _bad_payload(f"{where} must be base64 of the message's JSON body") from None
     try:
         payload_json(payload, where)
     except Invalid as exc:
@@ -88,9 +103,9 @@ def parse_timer_op(raw: Any, where: str) -> TimerOp:
         txn = _timer_name(txn, f"{where}.txn")
     if op == "cancel":
         return TimerOp("cancel", queue, key, txn)
-    if raw.get("payloadZstd"):
-        raise _timer_refusal(f"{where}.payloadZstd: this broker does not take zstd payloads; "
-                             "send the JSON body uncompressed", "timers_zstd_unsupported")
+    zstd = raw.get("payloadZstd", False)
+    if not isinstance(zstd, bool):
+        raise _timer_refusal(f"{where}.payloadZstd must be true or false")
     delay = raw.get("delayMs")
     if not is_int(delay) or abs(delay) > TIMER_MAX_DELAY_MS:
         raise _timer_refusal(f"{where}.delayMs must be a whole number of milliseconds "
@@ -98,7 +113,7 @@ def parse_timer_op(raw: Any, where: str) -> TimerOp:
     partition = raw.get("partition")
     partition = "Default" if partition is None else _timer_name(partition, f"{where}.partition")
     return TimerOp(op, queue, key, txn or new_uuid7(), partition,
-                   _timer_payload(raw.get("payload"), f"{where}.payload"), delay_ms=delay)
+                   _timer_payload(raw.get("payload"), f"{where}.payload", zstd), delay_ms=delay)
 
 
 def parse_timer_cancel(queue: Any, key: Any, txn: str | None) -> TimerOp:
