@@ -5,6 +5,7 @@ returned. Parsing never touches the database.
     common.py       what every route's parsing shares: bodies, query strings, names
     push.py         push items, the answer per item
     push_binary.py  the client's binary push and transaction bodies (QPB1, QTB1)
+    zstd.py         a caller's zstd frames, unpacked within a byte budget
     pop.py          the pop query string, the messages found or the empty answers
     ack.py          ack items, the answer per ack, lease extension
     transaction.py  the transaction's body and answer (committed or rolled back)
