@@ -57,6 +57,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
+from actors.autopilot import Ask, Autopilot, Decision
 from actors.runtime import AsyncioActor
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "TOOK_AUTOACK",
     "HotList",
     "HotListActor",
+    "SizedTake",
     "Take",
 ]
 
@@ -118,6 +120,13 @@ class Take(NamedTuple):
     needs_seed: bool
     entries: list[tuple[str, int]]
     next_due: float | None = None
+
+
+class SizedTake(NamedTuple):
+    """`take_sized`'s answer: the pop autopilot's sizing and the candidates taken with it."""
+
+    decision: Decision
+    take: Take
 
 
 class _Entry:
@@ -192,6 +201,9 @@ class HotList:
         self._rings: dict[str, dict[str, _Ring]] = {}  # queue -> group -> ring
         self._dirty: dict[tuple[str, str], None] = {}  # ordered set
         self._wheel_seq = 0
+        # Pop autopilot's sizing state: fed by the marks, check-ins and released leases
+        # this object sees (actors/autopilot.py says why it lives here).
+        self.pilot = Autopilot(clock)
 
     # --- marking ----------------------------------------------------------
 
@@ -204,6 +216,7 @@ class HotList:
         """
         if not remote:
             self._add_dirty(queue, partition)
+        self.pilot.pushed(queue)
         groups = self._rings.get(queue)
         if not groups:
             return False  # nobody polls this queue here: the cold seed finds it
@@ -295,18 +308,37 @@ class HotList:
             next_due = wheel[0][0] if wheel else None
         return Take(needs_seed, taken, next_due)
 
+    def take_sized(self, queue: str, group: str, ask: Ask, extra: int,
+                   now: float | None = None) -> SizedTake:
+        """Pop autopilot's sizing of a wildcard pop, then `take` of its partitions plus
+        `extra` candidates: one turn of the actor for both."""
+        now = self.clock() if now is None else now
+        ring = self._rings.get(queue, {}).get(group)
+        ready = 0
+        if ring is not None:
+            self._promote_due(ring, now)
+            ready = len(ring.ready)
+        decision = self.pilot.decide(queue, group, ask, ready, now)
+        return SizedTake(decision, self.take(queue, group, decision.partitions + extra, now))
+
     def check_in(
         self,
         queue: str,
         group: str,
         verdicts: Sequence[tuple[str, int, str, Any]],
         now: float | None = None,
+        took: tuple[list[str], int, float | None, bool] | None = None,
     ) -> bool:
         """One verdict per taken candidate: (partition, epoch_taken, verdict, extra).
 
         Entries no longer INFLIGHT (a mark, promotion or reseed got there
         first) are left alone. Returns True if any entry went back to READY.
+        `took`: what an autopilot pop's claim took (partitions, messages, lease
+        seconds or None when auto-acked, whether it used its whole batch), for
+        the autopilot (`Autopilot.took`).
         """
+        if took is not None:
+            self.pilot.took(queue, group, *took, now=now)
         for taken in verdicts:
             if taken[2] not in _VERDICTS:
                 raise ValueError(f"unknown hot-list verdict {taken[2]!r}")
@@ -352,6 +384,7 @@ class HotList:
         A WHEEL entry is promoted to READY now (True); an
         INFLIGHT one gets its epoch bumped so an "empty" verdict keeps it.
         """
+        self.pilot.released(queue, group, partition)
         ring = self._rings.get(queue, {}).get(group)
         if ring is None:
             return False
@@ -407,6 +440,7 @@ class HotList:
     def forget_queue(self, queue: str) -> None:
         """The queue was deleted: drop its rings and queued dirty hints."""
         self._rings.pop(queue, None)
+        self.pilot.forget_queue(queue)
         for key in [key for key in self._dirty if key[0] == queue]:
             del self._dirty[key]
 
@@ -501,14 +535,31 @@ class HotListActor(AsyncioActor):
     def take(self, queue: str, group: str, k: int, now: float | None = None) -> Take:
         return self.hotlist.take(queue, group, k, now)
 
+    def take_sized(self, queue: str, group: str, ask: Ask, extra: int,
+                   now: float | None = None) -> SizedTake:
+        return self.hotlist.take_sized(queue, group, ask, extra, now)
+
     def check_in(
         self,
         queue: str,
         group: str,
         verdicts: Sequence[tuple[str, int, str, Any]],
         now: float | None = None,
+        took: tuple[list[str], int, float | None, bool] | None = None,
     ) -> bool:
-        return self.hotlist.check_in(queue, group, verdicts, now)
+        return self.hotlist.check_in(queue, group, verdicts, now, took)
+
+    def size(self, queue: str, group: str, ask: Ask) -> Decision:
+        """Pop autopilot's sizing of a pop that takes no candidates from a ring
+        (partition route, namespace/task discovery)."""
+        return self.hotlist.pilot.decide(queue, group, ask, 0)
+
+    def pilot_took(self, queue: str, group: str, partitions: list[str], messages: int,
+                   lease_s: float | None, full: bool) -> None:
+        self.hotlist.pilot.took(queue, group, partitions, messages, lease_s, full)
+
+    def wait_ms(self, queue: str | None) -> int:
+        return self.hotlist.pilot.wait_ms(queue)
 
     def ack_released(self, queue: str, group: str, partition: str) -> bool:
         return self.hotlist.ack_released(queue, group, partition)

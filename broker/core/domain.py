@@ -43,3 +43,9 @@ class PopRequest:
     auto_ack: bool
     subscription_mode: str | None   # 'new' | 'timestamp' | None (all)
     subscription_from: dt.datetime | None
+    # autopilot=true (docs/wire-contract.md §5.8): the answer echoes the sizing; the
+    # knobs the client left to the broker (``batch`` / ``max_partitions`` then hold the
+    # defaults until the service sizes the pop)
+    autopilot: bool = False
+    autopilot_batch: bool = False
+    autopilot_partitions: bool = False

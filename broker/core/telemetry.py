@@ -46,6 +46,14 @@ def cycle_duration_histogram() -> Histogram:
         buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
 
 
+def autopilot_batch_histogram() -> Histogram:
+    """The batch of every pop that left it to autopilot (``queen_pop_autopilot_batch``)."""
+    return Histogram(
+        "queen_pop_autopilot_batch",
+        "Message budget pop autopilot chose for a pop that left batch unset",
+        registry=None, buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000))
+
+
 class RateMeter:
     """Per-second rate of a growing counter over about the last ``window`` seconds,
     from samples taken whenever it is read (lifetime average until a sample is
@@ -113,6 +121,9 @@ class Telemetry:
     # long_poll: attempts, timer_rechecks, shared_rechecks (a timer re-check
     # answered by another parked pop's check of the same cohort)
     pops: Counter = field(default_factory=Counter)
+    # pops that engaged autopilot, by the knob the broker chose (batch, partitions)
+    autopilot: Counter = field(default_factory=Counter)
+    autopilot_batch: Histogram = field(default_factory=autopilot_batch_histogram)
     # the same per queue (pops naming a queue), for the parked figures
     long_polls_by_queue: Counter = field(default_factory=Counter)
     # per queue: QUEUE_COUNTERS, growing; lag maxima since the collector's last flush
@@ -140,6 +151,15 @@ class Telemetry:
         """A committed cycle and how long its statement took (pool wait included)."""
         self.stream_cycles["committed"] += 1
         self.cycle_duration.observe(seconds)
+
+    def autopilot_decided(self, batch_chosen: bool, partitions_chosen: bool,
+                          batch: int) -> None:
+        """A pop sized by autopilot: which knobs it chose, and the batch it chose."""
+        if batch_chosen:
+            self.autopilot["batch"] += 1
+            self.autopilot_batch.observe(batch)
+        if partitions_chosen:
+            self.autopilot["partitions"] += 1
 
     def count(self, queue: str | None, name: str, n: float = 1) -> None:
         """Bump the per-queue counter ``name`` (and the worker-wide one)."""
@@ -187,7 +207,7 @@ class Telemetry:
                 "requests": dict(self.requests), "errors": dict(self.errors),
                 "messages": dict(self.messages), "stream_cycles": dict(self.stream_cycles),
                 "push_refused": {"max_size": 0, **self.push_refused},
-                "pops": dict(self.pops), "ops": dict(self.ops), "locks": dict(self.locks),
+                "pops": dict(self.pops), "autopilot": dict(self.autopilot), "ops": dict(self.ops), "locks": dict(self.locks),
                 "request_seconds_total": round(self.request_seconds_total, 6)}
 
 

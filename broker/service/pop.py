@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from loguru import logger
 
+from actors.autopilot import START_BATCH, WAIT_MAX_MS, Ask, Decision
 from actors.hotlist import REQUEUE
 from broker.core.domain import PopRequest
 from broker.core.ids import new_uuid7
@@ -35,12 +36,23 @@ class Popped:
 
 
 @dataclass(frozen=True)
+class Sizing:
+    """A pop that engaged autopilot (docs/wire-contract.md §5.8): the sweep width and
+    message budget it ran with, and the advice on when to poll again (ms; 0: none)."""
+    partitions: int
+    batch: int
+    wait_ms: int
+
+
+@dataclass(frozen=True)
 class PopResult:
     """What a pop took (``popped``), or, when None, why nothing: ``empty`` is ``paused``
     (pop maintenance), ``empty`` (no message to take), or the reason PostgreSQL's claim
-    gave (``window_buffer``, ``lease_held``, ``partition_not_found``)."""
+    gave (``window_buffer``, ``lease_held``, ``partition_not_found``). ``sizing``: set
+    when the pop engaged autopilot."""
     popped: Popped | None
     empty: str = "empty"
+    sizing: Sizing | None = None
 
 
 async def pop(ctx: BrokerContext, req: PopRequest) -> PopResult:
@@ -50,7 +62,7 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> PopResult:
     if not req.wait:
         popped = await attempts([])
         _count(req, popped)
-        return PopResult(popped, attempts.empty)
+        return PopResult(popped, attempts.empty, await _sizing(ctx, attempts, popped))
     settings = ctx.settings
     deadline = time.monotonic() + req.timeout_ms / 1000
     telemetry.long_polls_in_flight += 1
@@ -66,7 +78,7 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> PopResult:
             recheck_by=lambda: attempts.lease_end,
             partition=req.partition, scope=(req.group, req.namespace, req.task),
             # auto-ack leaves no lease: a full batch may leave more for the next pop
-            more_after=lambda p: bool(req.auto_ack and p and len(p.rows) >= req.batch),
+            more_after=lambda p: bool(req.auto_ack and p and len(p.rows) >= attempts.batch),
             counters=telemetry.pops)
     finally:
         telemetry.long_polls_in_flight -= 1
@@ -75,13 +87,33 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> PopResult:
             if telemetry.long_polls_by_queue[req.queue] <= 0:
                 del telemetry.long_polls_by_queue[req.queue]
     _count(req, popped)
-    return PopResult(popped, attempts.empty)
+    return PopResult(popped, attempts.empty, await _sizing(ctx, attempts, popped))
 
 
 def _count(req: PopRequest, popped: Popped | None) -> None:
     telemetry.count(req.queue, "pop_requests")
     if popped is None:
         telemetry.count(req.queue, "pop_empty")
+
+
+async def _sizing(ctx: BrokerContext, attempts: _Attempts, popped: Popped | None
+                  ) -> Sizing | None:
+    """The echo of a pop that engaged autopilot; counts the knobs the broker chose."""
+    req, decision = attempts.req, attempts.decision
+    if not req.autopilot:
+        return None
+    if decision is not None:
+        telemetry.autopilot_decided(decision.batch_chosen, decision.partitions_chosen,
+                                    decision.batch)
+        batch, partitions = decision.batch, decision.partitions
+    else:  # no attempt sized it (the store failed first)
+        batch, partitions = attempts.batch, req.max_partitions
+    wait_ms = 0
+    if popped is None and not req.wait:
+        # An empty pop that did not wait: when to look again, from the queue's pushes.
+        wait_ms = (await ctx.hotlist.wait_ms(req.queue) if ctx.hotlist is not None
+                   else WAIT_MAX_MS)
+    return Sizing(partitions, batch, wait_ms)
 
 
 class _Attempts:
@@ -92,6 +124,12 @@ class _Attempts:
 
     def __init__(self, ctx: BrokerContext, req: PopRequest) -> None:
         self.ctx, self.req = ctx, req
+        # autopilot: the last attempt's sizing, and the client's pinned knobs
+        self.decision: Decision | None = None
+        self.batch = req.batch
+        self.ask = (Ask(None if req.autopilot_batch else req.batch,
+                        None if req.autopilot_partitions else req.max_partitions, req.auto_ack)
+                    if req.autopilot else None)
         self.lease_id = new_uuid7()
         self.empty = "empty"
         # A lease ends without an event (no ack arrives): look again right then.
@@ -104,8 +142,10 @@ class _Attempts:
             return None
         try:
             await _ensure_subscription(ctx, req)
-            claimed = await claim(ctx, req, self.lease_id, hints)
+            claimed = await claim(ctx, req, self.lease_id, hints, self.ask, self.decision)
             rows = claimed.rows
+            if claimed.decision is not None:
+                self.decision, self.batch = claimed.decision, claimed.decision.batch
         except StoreUnavailable:
             # The claim may have committed under this lease id with nobody to receive
             # it: the store ends that lease before its next pop, so never reuse it.
@@ -165,50 +205,110 @@ EXTRA_CANDIDATES = 3
 class Claimed:
     rows: list            # queen.pop_messages rows: messages and verdicts
     next_due: float | None = None  # the hot-list's next wheel time (time.monotonic())
+    decision: Decision | None = None  # autopilot's sizing of this attempt
+
+
+def _autopilot_key(req: PopRequest) -> str:
+    """The (queue, group) key of autopilot's state: a discovery pop's is its filter."""
+    if req.queue is not None:
+        return req.queue
+    return f"?namespace={req.namespace or ''}&task={req.task or ''}"
 
 
 async def claim(ctx: BrokerContext, req: PopRequest, lease_id: str,
-                hints: list[str]) -> Claimed:
+                hints: list[str], ask: Ask | None = None,
+                decided: Decision | None = None) -> Claimed:
     """One pop attempt. Wildcard pops on one queue take their candidates from
     the hot-list (seeding it from PostgreSQL on first use and when the reseed
     floor is due) and report back what PostgreSQL made of each: every
     candidate taken gets a verdict, or it would stay INFLIGHT until a reseed
     finds it stranded. An empty ring, and every other kind of pop, lets
-    PostgreSQL scan."""
+    PostgreSQL scan. ``ask``: the pop engaged autopilot, which sizes each
+    wildcard attempt in the same hot-list call as the take, and other pops once
+    (``decided``: an earlier attempt's sizing)."""
     store, hotlist = ctx.store, ctx.hotlist
-    common: dict[str, Any] = dict(queue=req.queue, partition=req.partition, namespace=req.namespace,
-                  task=req.task, group=req.group, batch=req.batch,
-                  max_partitions=req.max_partitions, auto_ack=req.auto_ack, lease_id=lease_id)
     telemetry.pops["claim_queries"] += 1  # every path below runs exactly one claim
-    if hotlist is None or req.queue is None or req.partition is not None:
-        return Claimed(await store.pop(**common, hints=hints))
+    wildcard = hotlist is not None and req.queue is not None and req.partition is None
+    decision = decided
+    if ask is not None and not wildcard and decision is None:
+        decision = (await hotlist.size(_autopilot_key(req), req.group, ask) if hotlist is not None
+                    else Decision(ask.batch or START_BATCH, ask.partitions or 1,
+                                  ask.batch is None, ask.partitions is None))
+    if decision is not None and not wildcard:
+        req = replace(req, batch=decision.batch, max_partitions=decision.partitions)
+    if not wildcard:
+        rows = await store.pop(**_claim_args(req, lease_id), hints=hints)
+        if ask is not None and hotlist is not None:
+            took = _took(req, rows)
+            if took is not None:
+                hotlist.pilot_took(_autopilot_key(req), req.group, *took)
+        return Claimed(rows, None, decision)
+    assert hotlist is not None and req.queue is not None
+    queue = req.queue
 
+    if ask is not None:
+        sized = await hotlist.take_sized(queue, req.group, ask, EXTRA_CANDIDATES)
+        decision, take = sized.decision, sized.take
+        req = replace(req, batch=decision.batch, max_partitions=decision.partitions)
+    else:
+        take = await hotlist.take(queue, req.group, req.max_partitions + EXTRA_CANDIDATES)
     want = req.max_partitions + EXTRA_CANDIDATES
-    take = await hotlist.take(req.queue, req.group, want)
+    common = _claim_args(req, lease_id)
     taken = list(take.entries)
     if take.needs_seed:
         # A reseed that is due still hands out candidates (now INFLIGHT): they
         # join the ones taken after the seed, so each is checked in below.
         try:
-            pending = await store.pending_partitions(req.queue, req.group)
+            pending = await store.pending_partitions(queue, req.group)
         except Exception:
-            hotlist.seed_aborted(req.queue, req.group)
+            hotlist.seed_aborted(queue, req.group)
             if taken:
-                hotlist.check_in(req.queue, req.group,
+                hotlist.check_in(queue, req.group,
                                  [(name, epoch, REQUEUE, None) for name, epoch in taken])
             raise
-        await hotlist.seed(req.queue, req.group, pending)
-        taken += (await hotlist.take(req.queue, req.group, max(0, want - len(taken)))).entries
+        await hotlist.seed(queue, req.group, pending)
+        taken += (await hotlist.take(queue, req.group, max(0, want - len(taken)))).entries
     candidates = list(dict.fromkeys([*hints, *(name for name, _ in taken)]))
     if not candidates:
         # The ring has nothing: let PostgreSQL scan. A partition whose mark was
         # lost (a dropped mesh hint, a push through a broker with no mesh) is
         # then found on the pop's next re-check, not at the next reseed.
-        return Claimed(await store.pop(**common, hints=hints), take.next_due)
+        rows = await store.pop(**common, hints=hints)
+        if ask is not None:
+            took = _took(req, rows)
+            if took is not None:
+                hotlist.pilot_took(queue, req.group, *took)
+        return Claimed(rows, take.next_due, decision)
     rows = await store.pop(**common, hints=candidates, only_hints=True)
+    took = _took(req, rows) if ask is not None else None
     if taken:
-        hotlist.check_in(req.queue, req.group, verdicts(taken, rows))
-    return Claimed(rows)
+        hotlist.check_in(queue, req.group, verdicts(taken, rows), None, took)
+    elif took is not None:
+        hotlist.pilot_took(queue, req.group, *took)
+    return Claimed(rows, None, decision)
+
+
+def _claim_args(req: PopRequest, lease_id: str) -> dict[str, Any]:
+    return dict(queue=req.queue, partition=req.partition, namespace=req.namespace,
+                task=req.task, group=req.group, batch=req.batch,
+                max_partitions=req.max_partitions, auto_ack=req.auto_ack, lease_id=lease_id)
+
+
+def _took(req: PopRequest, rows: list) -> tuple[list[str], int, float | None, bool] | None:
+    """What an autopilot pop's claim took, for the autopilot: (partitions, messages, the
+    lease's seconds or None when auto-acked, whether the batch was used up)."""
+    partitions: dict[str, None] = {}
+    messages = 0
+    lease_s: float | None = None
+    for r in rows:
+        if r["kind"] == "msg":
+            messages += 1
+            partitions[r["partition_name"]] = None
+        elif r["verdict"] == "took" and r["verdict_secs"] is not None:
+            lease_s = float(r["verdict_secs"])
+    if not messages:
+        return None
+    return list(partitions), messages, None if req.auto_ack else lease_s, messages >= req.batch
 
 
 def verdicts(taken: list[tuple[str, int]], rows: list) -> list[tuple]:
@@ -232,10 +332,15 @@ def verdicts(taken: list[tuple[str, int]], rows: list) -> list[tuple]:
 
 async def _paused_pop(req: PopRequest) -> PopResult:
     """Pop maintenance: empty, without touching the database, but still holding a
-    waiting pop until its timeout so consumers do not spin."""
+    waiting pop until its timeout so consumers do not spin (an autopilot pop that did
+    not wait is advised the longest wait)."""
     if req.wait:
         await asyncio.sleep(req.timeout_ms / 1000)
-    return PopResult(None, "paused")
+    sizing = None
+    if req.autopilot:
+        sizing = Sizing(req.max_partitions, START_BATCH if req.autopilot_batch else req.batch,
+                        0 if req.wait else WAIT_MAX_MS)
+    return PopResult(None, "paused", sizing)
 
 
 def _popped(ctx: BrokerContext, rows: list, lease_id: str) -> Popped:

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import asyncio
 
-    from actors.hotlist import Take
+    from actors.autopilot import Ask, Decision
+    from actors.hotlist import SizedTake, Take
 
 __all__ = [
     "BatcherPort",
@@ -48,8 +49,19 @@ class HotListPort(Protocol):
 
     def take(self, queue: str, group: str, k: int) -> Awaitable[Take]: ...
 
+    def take_sized(self, queue: str, group: str, ask: Ask, extra: int) -> Awaitable[SizedTake]: ...
+
     def check_in(self, queue: str, group: str,
-                 verdicts: Sequence[tuple[str, int, str, Any]]) -> Awaitable[bool]: ...
+                 verdicts: Sequence[tuple[str, int, str, Any]], now: float | None = ...,
+                 took: tuple[list[str], int, float | None, bool] | None = ...
+                 ) -> Awaitable[bool]: ...
+
+    def size(self, queue: str, group: str, ask: Ask) -> Awaitable[Decision]: ...
+
+    def pilot_took(self, queue: str, group: str, partitions: list[str], messages: int,
+                   lease_s: float | None, full: bool) -> Awaitable[None]: ...
+
+    def wait_ms(self, queue: str | None) -> Awaitable[int]: ...
 
     def seed(self, queue: str, group: str, partitions: Iterable[str]) -> Awaitable[bool]: ...
 

@@ -46,6 +46,9 @@ def parse_pop(args: Mapping[str, Any], *, queue: str | None, partition: str | No
     if group == QUEUE_MODE:
         sub_mode, sub_from = None, None  # queue mode never seeds
     partitions = _count(args, "partitions", 1, 1, MAX_POP_PARTITIONS)
+    # The 2.6 client omits the knobs it leaves to the broker (its utils/autopilot.py); the
+    # partition route has no sweep width to choose.
+    autopilot = q_bool(args, "autopilot")
     return PopRequest(
         queue=queue,
         partition=partition,
@@ -61,6 +64,10 @@ def parse_pop(args: Mapping[str, Any], *, queue: str | None, partition: str | No
         auto_ack=auto_ack,
         subscription_mode=sub_mode,
         subscription_from=sub_from,
+        autopilot=autopilot,
+        autopilot_batch=autopilot and args.get("batch") in (None, ""),
+        autopilot_partitions=(autopilot and partition is None
+                              and args.get("partitions") in (None, "")),
     )
 
 
@@ -95,7 +102,17 @@ def pop_message(row: Mapping[str, Any], data: Any, group: str, lease_id: str,
 
 
 def pop_answer(req: PopRequest, result: PopResult) -> dict:
-    """The answer to a pop: the messages it took, or why it took none (§5.4)."""
+    """The answer to a pop: the messages it took, or why it took none (§5.4); with the
+    sizing echoed when the pop engaged autopilot (§5.8)."""
+    answer = _answer(req, result)
+    sizing = result.sizing
+    if sizing is not None:
+        answer["autopilot"] = {"partitions": sizing.partitions, "batch": sizing.batch,
+                               "waitMs": sizing.wait_ms}
+    return answer
+
+
+def _answer(req: PopRequest, result: PopResult) -> dict:
     if result.popped is not None:
         return _found(req, result.popped)
     if result.empty == "paused":  # pop maintenance

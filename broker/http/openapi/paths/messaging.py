@@ -44,12 +44,16 @@ POP_PARAMS = (
     q_bool("autoAck", "Acknowledge on delivery"),
     query("subscriptionMode", "A new group's start: `new` (only later messages) or all"),
     query("subscriptionFrom", "A new group's start: `now` or an ISO-8601 timestamp"),
+    q_bool("autopilot", "The broker sizes the omitted `batch` / `partitions` and echoes its "
+                        "decision in `autopilot` (docs/wire-contract.md §5.8)"),
 )
 
 POP_ANSWER = obj({
     "success": BOOL, "messages": arr(ref("Message")), "leaseId": NSTR, "queue": NSTR,
     "partition": NSTR, "partitionId": NSTR, "consumerGroup": NSTR, "error": STR,
-    "paused": BOOL, "windowBufferActive": BOOL,
+    "paused": BOOL, "windowBufferActive": BOOL, "partitionsClaimed": INT,
+    "autopilot": obj({"partitions": INT, "batch": INT, "waitMs": INT},
+                     ["partitions", "batch", "waitMs"]),
 }, ["messages"])
 
 ACK_ITEM = obj({

@@ -229,6 +229,11 @@ class SnapshotCollector:
         pops = t.get("pops", {})
         yield counter("queen_pop_claims_total", "Claim statements (queen.pop_messages) issued",
                       [], [([], pops.get("claim_queries", 0))])
+        autopilot = t.get("autopilot", {})
+        yield counter("queen_pop_autopilot_decisions_total",
+                      "Pops sized by pop autopilot, by the knob the broker chose", ["knob"],
+                      [(["batch"], autopilot.get("batch", 0)),
+                       (["partitions"], autopilot.get("partitions", 0))])
         yield counter("queen_long_poll_rechecks_total",
                       "Timer re-checks of parked pops: own claim, or answered by another parked "
                       "pop's check of the same cohort", ["kind"],
@@ -321,6 +326,7 @@ def render(snap: dict[str, Any]) -> bytes:
     registry.register(SnapshotCollector(snap))
     registry.register(telemetry.request_duration)
     registry.register(telemetry.cycle_duration)
+    registry.register(telemetry.autopilot_batch)
     return generate_latest(registry)
 
 
