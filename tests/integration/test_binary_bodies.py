@@ -139,3 +139,22 @@ async def test_a_damaged_binary_transaction_is_a_400_and_stores_nothing(base_url
         r = await http.post("/api/v1/transaction", content=bytes(good),
                             headers={"Content-Type": "application/x-queen-push"})
         assert r.status_code == 200 and r.json()["success"] is True, r.text
+
+
+async def test_the_clients_buffered_binary_producer_flushes_through(base_url, queue_name):
+    """queue(...).buffer(...).push(...) with binary_push: the buffered batches go out as QPB1
+    bodies when flushed, and every message arrives once, in order."""
+    async with queen(base_url, binary_push=True, push_compression=True) as client:
+        q = client.queue(queue_name).partition("b").buffer(
+            {"message_count": 50, "time_millis": 60_000})
+        for n in range(120):
+            await q.push([{"transactionId": f"m{n}", "data": n}])
+        await client.flush_all_buffers()
+        got = []
+        while len(got) < 120:
+            batch = await pop(client, queue_name, batch=100, partition="b")
+            assert batch, f"{len(got)} of 120 arrived"
+            got += batch
+            await client.ack(batch, True)
+    assert [g["transactionId"] for g in got] == [f"m{n}" for n in range(120)]
+    assert payloads(got) == list(range(120))

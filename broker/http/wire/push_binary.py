@@ -83,7 +83,8 @@ class _Reader:
     def take(self, length: int, what: str) -> bytes:
         end = self.at + length
         if end > len(self.data):
-            raise refused(f"{what} runs past the end")
+            raise refused(f"{what} runs past the end (at byte {self.at}, {length} byte(s) "
+                          f"wanted, {len(self.data) - self.at} left)")
         piece = self.data[self.at:end]
         self.at = end
         return piece
@@ -175,7 +176,7 @@ def parse_binary_push(data: bytes, limit: int) -> BinaryPush:
     else:
         _plain_groups(body, bool(flags & FLAG_TXN), items)
     if not body.done():
-        raise refused("bytes after the last group")
+        raise refused(f"bytes after the last group (from byte {body.at})")
     if not items:
         raise BadRequest("items array is required")
     return BinaryPush(items, bool(flags & FLAG_COUNTS))
