@@ -239,6 +239,9 @@ VARIABLES: list[Variable] = [
        "token's subject.", _bool),
     _v("MAX_BODY_BYTES", "16777216", "int", "Largest accepted request body; larger ones get 413.",
        _POSITIVE),
+    _v("RESPONSE_COMPRESSION_MIN_BYTES", "8192", "int",
+       "Answers of at least this many bytes are sent zstd- or gzip-encoded when the request's "
+       "Accept-Encoding takes it (the official clients' does); 0 never compresses.", _int(0)),
     # Database
     _v("PG_HOST", None, "str",
        "PostgreSQL host, or a comma-separated list of hosts each with an optional :port "
@@ -437,6 +440,7 @@ class Settings:
     log_format: str
     access_log: bool
     max_body_bytes: int
+    response_compression_min_bytes: int
     # Database (pg_host None = embedded PostgreSQL)
     pg_host: str | None
     pg_port: int
@@ -603,6 +607,7 @@ class Settings:
                 "log_format": self.log_format,
                 "access_log": self.access_log,
                 "max_body_bytes": self.max_body_bytes,
+                "response_compression_min_bytes": self.response_compression_min_bytes,
                 "jwt_enabled": self.jwt_enabled,
                 "jwt_algorithm": self.jwt_algorithm,
                 "jwt_secret": _mask(self.jwt_secret),

@@ -37,6 +37,7 @@ from broker.core.errors import BadRequest
 from broker.core.logs import Throttle, dropped_note
 from broker.core.telemetry import telemetry
 from broker.http.auth import Authenticator
+from broker.http.compression import compress
 from broker.http.responses import CORS_HEADERS, error, json
 from broker.http.routes import (
     ack,
@@ -286,6 +287,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
 
     @app.on_response
     async def finish(request: Request, response: HTTPResponse) -> None:
+        compress(response, request.headers.get("accept-encoding"),
+                 settings.response_compression_min_bytes)
         response.headers.update(CORS_HEADERS)
         route = request.route.name if request.route else "unrouted"
         telemetry.requests[route] += 1
