@@ -1,20 +1,21 @@
 """The repository stands alone (issue 28): every document the code and the docs cite is a
 file in the repository, and every section they cite (``docs/behaviour.md §5.2``) is a heading
-of that document. Nothing points outside the repository (``../shared``)."""
+of that document. No relative path leads out of the repository."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# Where citations live; this file is left out, as its probe cites missing things on purpose.
+# Where citations live.
 SCANNED = ("broker", "actors", "queenctl", "tests", "benchmarks", "compose", "docs", ".ci")
 TOP_FILES = ("README.md", "ARCHITECTURE.md", "dev.py", "pyproject.toml")
 SUFFIXES = {".py", ".md", ".sql", ".toml", ".js", ".html", ".css", ".yml", ".yaml", ".sh", ""}
 
 # A Markdown file name, optionally with a folder, optionally followed by a section sign.
 CITATION = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.md)\b(?:\s+§\s?([0-9]+(?:\.[0-9]+)*))?")
-OUTSIDE = re.compile(r"\.\./shared\b")
+# A relative path that climbs (``../x``), not one inside a longer path (``/dashboard/../x``).
+CLIMB = re.compile(r"(?<![\w/.])(?:\.\./)+[\w.-]+(?:/[\w.-]+)*")
 
 
 def scanned_files() -> list[Path]:
@@ -22,7 +23,7 @@ def scanned_files() -> list[Path]:
     for folder in SCANNED:
         for path in (ROOT / folder).rglob("*"):
             if (path.is_file() and path.suffix in SUFFIXES and "__pycache__" not in path.parts
-                    and "vendor" not in path.parts and path != Path(__file__).resolve()):
+                    and "vendor" not in path.parts):
                 out.append(path)
     return out
 
@@ -56,8 +57,9 @@ def broken_citations(files: list[Path]) -> list[str]:
             continue
         where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
         for n, line in enumerate(text.splitlines(), 1):
-            if OUTSIDE.search(line):
-                broken.append(f"{where}:{n}: points outside the repository")
+            for climb in CLIMB.findall(line):
+                if not (path.parent / climb).resolve().is_relative_to(ROOT):
+                    broken.append(f"{where}:{n}: {climb} leads out of the repository")
             for m in CITATION.finditer(line):
                 doc = resolve(m.group(1), path)
                 if doc is None:
@@ -73,13 +75,17 @@ def test_every_cited_document_and_section_exists():
     assert broken_citations(files) == []
 
 
-def test_the_check_sees_a_missing_document_and_a_missing_section(tmp_path):
-    """The citation test can fail: an outside spec, a missing section and ../shared are found."""
-    probe = tmp_path / "probe.md"
-    probe.write_text("see seed-ha.md, docs/behaviour.md §99.9 and ../shared/spec\n"
+def test_the_check_sees_a_missing_document_a_missing_section_and_a_way_out(tmp_path):
+    """The citation test can fail. The probe's names are built here, so this file cites
+    nothing that is missing."""
+    missing, no_section = "no-such-spec" + ".md", "99.9"
+    way_out = "../" * (len(tmp_path.parts) + 1) + "elsewhere/spec"
+    probe = tmp_path / "probe.txt"
+    probe.write_text(f"see {missing}, docs/behaviour.md §{no_section} and {way_out}\n"
                      "and docs/behaviour.md §5, which exists\n")
-    assert broken_citations([probe]) == [
-        "probe.md:1: points outside the repository",
-        "probe.md:1: seed-ha.md is not in the repository",
-        "probe.md:1: docs/behaviour.md has no section §99.9",
+    broken = broken_citations([probe])
+    assert broken == [
+        f"probe.txt:1: {way_out} leads out of the repository",
+        f"probe.txt:1: {missing} is not in the repository",
+        f"probe.txt:1: docs/behaviour.md has no section §{no_section}",
     ]
