@@ -49,3 +49,6 @@ class PopRequest:
     autopilot: bool = False
     autopilot_batch: bool = False
     autopilot_partitions: bool = False
+    # frames=true (docs/wire-contract.md §5.9): messages found are answered as QPF1 frames,
+    # each payload copied as its stored JSON text
+    frames: bool = False

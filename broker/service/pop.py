@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+import ujson
 from loguru import logger
 
 from actors.autopilot import START_BATCH, WAIT_MAX_MS, Ask, Decision
@@ -29,10 +30,13 @@ _WAITING_LINES = Throttle(60.0)
 class Popped:
     """The messages one claim took, in claim order: PostgreSQL's rows (kind ``msg``,
     grouped by partition) with each row's payload decrypted, under ``lease_id`` (``""``
-    when auto-acked: no lease to renew or ack under)."""
+    when auto-acked: no lease to renew or ack under). A framed pop's payloads are JSON
+    texts, and ``handles`` maps its partitions' ids to their handles (None when they could
+    not be read: the answer is then JSON)."""
     rows: list
     payloads: list[Any]
     lease_id: str
+    handles: dict[Any, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> PopResult:
         return await _paused_pop(req)
     attempts = _Attempts(ctx, req)
     if not req.wait:
-        popped = await attempts([])
+        popped = await _with_handles(ctx, req, await attempts([]))
         _count(req, popped)
         return PopResult(popped, attempts.empty, await _sizing(ctx, attempts, popped))
     settings = ctx.settings
@@ -86,8 +90,33 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> PopResult:
             telemetry.long_polls_by_queue[req.queue] -= 1
             if telemetry.long_polls_by_queue[req.queue] <= 0:
                 del telemetry.long_polls_by_queue[req.queue]
+    popped = await _with_handles(ctx, req, popped)
     _count(req, popped)
     return PopResult(popped, attempts.empty, await _sizing(ctx, attempts, popped))
+
+
+async def _with_handles(ctx: BrokerContext, req: PopRequest, popped: Popped | None
+                        ) -> Popped | None:
+    """A framed pop's messages with their partitions' handles, or (handles None, payloads
+    as values) the messages for a JSON answer: the claim has committed, so when the
+    handles cannot be read the messages still go out."""
+    if popped is None or not req.frames:
+        return popped
+    if len({r["queue_name"] for r in popped.rows}) > 1:
+        return _as_values(popped)  # a discovery pop across queues: a frame names one queue
+    try:
+        ids = list(dict.fromkeys(r["partition_id"] for r in popped.rows))
+        handles = await ctx.store.partition_handles(ids)
+    except StoreUnavailable:
+        return _as_values(popped)
+    if len(handles) < len(ids):  # a partition deleted since the claim
+        return _as_values(popped)
+    return replace(popped, handles=handles)
+
+
+def _as_values(popped: Popped) -> Popped:
+    """A framed pop's messages for the JSON answer: the payload texts as values."""
+    return replace(popped, payloads=[ujson.loads(text) for text in popped.payloads])
 
 
 def _count(req: PopRequest, popped: Popped | None) -> None:
@@ -169,7 +198,7 @@ class _Attempts:
         if not messages:
             self.empty = rows[-1]["kind"] if rows and rows[-1]["kind"] != "verdict" else "empty"
             return None
-        return _popped(ctx, messages, "" if req.auto_ack else self.lease_id)
+        return _popped(ctx, messages, "" if req.auto_ack else self.lease_id, req.frames)
 
 
 async def _ensure_subscription(ctx: BrokerContext, req: PopRequest) -> None:
@@ -291,7 +320,8 @@ async def claim(ctx: BrokerContext, req: PopRequest, lease_id: str,
 def _claim_args(req: PopRequest, lease_id: str) -> dict[str, Any]:
     return dict(queue=req.queue, partition=req.partition, namespace=req.namespace,
                 task=req.task, group=req.group, batch=req.batch,
-                max_partitions=req.max_partitions, auto_ack=req.auto_ack, lease_id=lease_id)
+                max_partitions=req.max_partitions, auto_ack=req.auto_ack, lease_id=lease_id,
+                payload_text=req.frames)
 
 
 def _took(req: PopRequest, rows: list) -> tuple[list[str], int, float | None, bool] | None:
@@ -343,14 +373,17 @@ async def _paused_pop(req: PopRequest) -> PopResult:
     return PopResult(None, "paused", sizing)
 
 
-def _popped(ctx: BrokerContext, rows: list, lease_id: str) -> Popped:
-    """The claimed rows with their payloads decrypted, counted as delivered."""
+def _popped(ctx: BrokerContext, rows: list, lease_id: str, texts: bool) -> Popped:
+    """The claimed rows with their payloads decrypted, counted as delivered; ``texts``:
+    the rows hold each payload's JSON text, and the payloads stay texts."""
     cipher = ctx.cipher
     payloads = []
     for row in rows:
         data = row["payload"]
         if row["is_encrypted"] and cipher is not None:
-            data = cipher.decrypt(data)
+            data = cipher.decrypt(ujson.loads(data) if texts else data)
+            if texts:
+                data = ujson.dumps(data, ensure_ascii=False, escape_forward_slashes=False)
         payloads.append(data)
     telemetry.messages["popped"] += len(rows)
     by_queue: dict[str, list] = {}

@@ -162,6 +162,9 @@ async def _json_codecs(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("json", encoder=_dumps, decoder=ujson.loads, schema="pg_catalog")
 
 
+MAX_CACHED_HANDLES = 100_000
+"""Partition handles kept in memory at most (Store.partition_handles)."""
+
 MAX_ORPHANED_LEASES = 10_000
 """Orphaned lease ids remembered at most (Store.pop); past it they end at their lease time."""
 
@@ -263,6 +266,8 @@ class Store:
         self.settle_ms = 0
         # Lease ids of pops that failed with the database (see pop).
         self.orphaned_leases: set[str] = set()
+        # Partition id -> handle (migration 0012): a handle never changes, so each is read once.
+        self._handles: dict[Any, int] = {}
         self.server = ServerInUse()
         self.health = DatabaseHealth()
 
@@ -505,9 +510,10 @@ class Store:
     async def pop(self, *, queue: str | None, partition: str | None, namespace: str | None,
                   task: str | None, group: str, batch: int, max_partitions: int,
                   auto_ack: bool, lease_id: str, hints: list[str] | None = None,
-                  only_hints: bool = False) -> list[asyncpg.Record]:
+                  only_hints: bool = False, payload_text: bool = False) -> list[asyncpg.Record]:
         """Claim and read; ``hints`` are tried first, and with ``only_hints`` they are
-        the only partitions looked at (the hot-list's candidates). When the
+        the only partitions looked at (the hot-list's candidates); ``payload_text``: each
+        payload as its JSON text instead of its value (no decoding). When the
         database fails during the call, the claim may have committed with
         nobody to receive it: ``lease_id`` is remembered as orphaned (the caller
         must not use it again) and ended before this broker's next pop."""
@@ -517,13 +523,28 @@ class Store:
                     orphans = list(self.orphaned_leases)
                     await conn.execute(sql.EXPIRE_ORPHANED_LEASES, orphans)
                     self.orphaned_leases.difference_update(orphans)
-                return await conn.fetch(sql.POP, queue, partition, namespace, task, group,
+                return await conn.fetch(sql.POP_PAYLOAD_TEXT if payload_text else sql.POP,
+                                        queue, partition, namespace, task, group,
                                         batch, max_partitions, auto_ack, lease_id,
                                         hints or None, only_hints)
         except StoreUnavailable:
             if len(self.orphaned_leases) < MAX_ORPHANED_LEASES:  # beyond: they expire on time
                 self.orphaned_leases.add(lease_id)
             raise
+
+    async def partition_handles(self, ids: Sequence[Any]) -> dict[Any, int]:
+        """The handles of partitions by id (asyncpg's UUIDs); a partition that no longer
+        exists is absent. Read from PostgreSQL once per partition and kept: bounded by
+        MAX_CACHED_HANDLES, past which the kept ones are dropped and read again as needed."""
+        missing = [i for i in ids if i not in self._handles]
+        if missing:
+            async with self.connection() as conn:
+                rows = await conn.fetch(sql.PARTITION_HANDLES, missing)
+            if len(self._handles) + len(rows) > MAX_CACHED_HANDLES:
+                self._handles.clear()
+            self._handles.update((r["id"], r["handle"]) for r in rows)
+        known = self._handles
+        return {i: known[i] for i in ids if i in known}
 
     async def pending_partitions(self, queue: str, group: str, limit: int = 100_000) -> list[str]:
         async with self.connection() as conn:

@@ -468,11 +468,12 @@ DELETE FROM queen.messages WHERE partition_id = $1 AND transaction_id = $2 RETUR
 
 INSERT_TRACE = """
 WITH msg AS (
-    SELECT id FROM queen.messages WHERE partition_id = $1 AND transaction_id = $2
+    SELECT id, partition_id FROM queen.messages
+    WHERE partition_id = queen.partition_ref($1::text) AND transaction_id = $2
 ), t AS (
     INSERT INTO queen.message_traces
         (message_id, partition_id, transaction_id, consumer_group, event_type, data, worker_id)
-    SELECT msg.id, $1, $2, $3, $4, $5, $6 FROM msg
+    SELECT msg.id, msg.partition_id, $2, $3, $4, $5, $6 FROM msg
     RETURNING id
 ), n AS (
     INSERT INTO queen.message_trace_names (trace_id, trace_name)
@@ -481,7 +482,8 @@ WITH msg AS (
 )
 SELECT id FROM t
 """
-"""Record a trace event on a message (and its names); no row: no such message."""
+"""Record a trace event on a message (and its names); no row: no such message. The partition
+is named by its UUID or its handle (a framed pop's)."""
 
 _TRACE_COLUMNS = """t.id, t.message_id, t.partition_id, t.transaction_id, t.consumer_group,
        t.event_type, t.data, t.worker_id, t.created_at,

@@ -69,6 +69,18 @@ SELECT * FROM queen.pop_messages($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 """
 """Claim partitions and read messages; see queen.pop_messages."""
 
+POP_PAYLOAD_TEXT = """
+SELECT kind, queue_name, partition_name, partition_id, message_id, transaction_id, trace_id,
+       payload::text AS payload, is_encrypted, producer_sub, created_at, seq, retry_count,
+       verdict, verdict_secs
+FROM queen.pop_messages($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) WITH ORDINALITY AS p
+ORDER BY p.ordinality
+"""
+"""POP with each payload as its JSON text, undecoded (the framed pop copies it as it is)."""
+
+PARTITION_HANDLES = "SELECT id, handle FROM queen.partitions WHERE id = ANY($1::uuid[])"
+"""The u64 handles of partitions (migration 0012), by id."""
+
 PENDING_PARTITIONS = """
 SELECT pt.name
 FROM queen.queues q
@@ -81,9 +93,12 @@ LIMIT $3
 """Partitions of a queue with something beyond a group's cursor (or no cursor
 yet): the hot-list's cold start and periodic reseed."""
 
-ACK = "SELECT * FROM queen.ack_messages_v3($1, $2, $3, $4, $5, $6, $7, $8)"
+ACK = """
+SELECT * FROM queen.ack_messages_v3($1, $2, queen.partition_refs($3::text[]), $4, $5, $6, $7, $8)
+"""
 """Apply acknowledgements (parallel arrays); one row per item. A failed ack that sends a
-batch back holds the partition for that group for the queue's retryDelay."""
+batch back holds the partition for that group for the queue's retryDelay. A partition is
+named by its UUID or its handle (a framed pop's; queen.partition_refs)."""
 
 ENSURE_SUBSCRIPTION = """
 INSERT INTO queen.consumer_groups_metadata

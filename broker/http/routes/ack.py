@@ -31,7 +31,8 @@ bp = Blueprint("ack")
 @bp.post("/api/v1/ack")
 async def ack(request: BrokerRequest):
     body = body_object(read_json(request))
-    row = parse_ack_item(body, parse_group(body.get("consumerGroup")), batch=False)
+    row = parse_ack_item(body, parse_group(body.get("consumerGroup")), batch=False,
+                         handles=True)
     return json(ack_answer([row], await service.ack(request.app.ctx, [row])))
 
 

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from sanic import Blueprint
+from sanic.response import HTTPResponse
 
 from broker.http.responses import args, json
 from broker.http.types import BrokerRequest
-from broker.http.wire.pop import parse_pop, pop_answer
+from broker.http.wire import pop_frames
+from broker.http.wire.pop import own_keys, parse_pop, pop_answer
 from broker.service import pop as service
 
 bp = Blueprint("pop")
@@ -33,4 +35,9 @@ async def _pop(request: BrokerRequest, queue: str | None, partition: str | None)
                     default_batch=settings.default_batch_size,
                     default_timeout_ms=settings.default_timeout,
                     default_subscription_mode=settings.default_subscription_mode)
-    return json(pop_answer(req, await service.pop(ctx, req)))
+    result = await service.pop(ctx, req)
+    if req.frames:
+        framed = pop_frames.framed_answer(req, result, own_keys(result))
+        if framed is not None:
+            return HTTPResponse(framed, content_type=pop_frames.CONTENT_TYPE)
+    return json(pop_answer(req, result))

@@ -15,7 +15,17 @@ from broker.core.validate import MAX_NAME
 ACK_STATUSES = ("completed", "success", "failed", "dlq", "retry")
 
 
-def parse_ack_item(item: Any, group: str, *, batch: bool) -> AckRow:
+U64_MAX = 2**64 - 1
+
+
+def is_partition_handle(value: str) -> bool:
+    """A framed pop's partition handle (docs/wire-contract.md §5.9): a decimal u64."""
+    return value.isascii() and value.isdigit() and len(value) <= 20 and int(value) <= U64_MAX
+
+
+def parse_ack_item(item: Any, group: str, *, batch: bool, handles: bool = False) -> AckRow:
+    """One acknowledgement; ``handles``: the partition may be named by its handle (the ack
+    routes and transactions; a stream cycle's partitions are always UUIDs)."""
     if not isinstance(item, dict):
         raise BadRequest("Each acknowledgment must be an object")
     txid = item.get("transactionId")
@@ -26,8 +36,9 @@ def parse_ack_item(item: Any, group: str, *, batch: bool) -> AckRow:
     if not isinstance(pid, str) or not pid:
         raise BadRequest("Each acknowledgment must have a valid partitionId string to ensure message uniqueness"
                          if batch else "partitionId is required to ensure message uniqueness")
-    if not is_uuid(pid):
-        raise BadRequest(f"partitionId must be a UUID, got {pid!r}")
+    if not is_uuid(pid) and not (handles and is_partition_handle(pid)):
+        raise BadRequest(f"partitionId must be a UUID{' or a partition handle' if handles else ''}, "
+                         f"got {pid!r}")
     status = item.get("status", "completed")
     if status is None:
         status = "completed"
@@ -58,7 +69,7 @@ def parse_ack_batch(body: Mapping[str, Any]) -> list[AckRow]:
     if not isinstance(items, list):
         raise BadRequest("acknowledgments array is required")
     group = parse_group(body.get("consumerGroup"))
-    return [parse_ack_item(item, group, batch=True) for item in items]
+    return [parse_ack_item(item, group, batch=True, handles=True) for item in items]
 
 
 def ack_result(row: Mapping[str, Any], transaction_id: str, index: int) -> dict:

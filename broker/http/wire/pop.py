@@ -68,6 +68,7 @@ def parse_pop(args: Mapping[str, Any], *, queue: str | None, partition: str | No
         autopilot_batch=autopilot and args.get("batch") in (None, ""),
         autopilot_partitions=(autopilot and partition is None
                               and args.get("partitions") in (None, "")),
+        frames=q_bool(args, "frames"),
     )
 
 
@@ -105,11 +106,17 @@ def pop_answer(req: PopRequest, result: PopResult) -> dict:
     """The answer to a pop: the messages it took, or why it took none (§5.4); with the
     sizing echoed when the pop engaged autopilot (§5.8)."""
     answer = _answer(req, result)
-    sizing = result.sizing
-    if sizing is not None:
-        answer["autopilot"] = {"partitions": sizing.partitions, "batch": sizing.batch,
-                               "waitMs": sizing.wait_ms}
+    answer.update(own_keys(result))
     return answer
+
+
+def own_keys(result: PopResult) -> dict:
+    """What an answer carries beside its messages and their place: the autopilot echo."""
+    sizing = result.sizing
+    if sizing is None:
+        return {}
+    return {"autopilot": {"partitions": sizing.partitions, "batch": sizing.batch,
+                          "waitMs": sizing.wait_ms}}
 
 
 def _answer(req: PopRequest, result: PopResult) -> dict:

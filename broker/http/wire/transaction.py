@@ -54,7 +54,8 @@ def parse_transaction(body: Any, pushes: Sequence[PushItem] = ()
                 raise BadRequest(f"operations[{n}].items array is required")
             flat += [("push", parse_push_item(it, i, default_payload={})) for i, it in enumerate(items)]
         elif kind == "ack":
-            row = parse_ack_item(op, parse_group(op.get("consumerGroup")), batch=False)
+            row = parse_ack_item(op, parse_group(op.get("consumerGroup")), batch=False,
+                                 handles=True)
             if row.lease_id is None and len(required) == 1:
                 row = row.__class__(**{**row.__dict__, "lease_id": required[0]})
             flat.append(("ack", row))

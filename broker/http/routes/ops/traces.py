@@ -12,6 +12,7 @@ from broker.core.times import iso_milli, parse_timestamp
 from broker.http.responses import args, error, json, read_json
 from broker.http.routes.ops.common import path_uuid
 from broker.http.types import BrokerRequest
+from broker.http.wire.ack import is_partition_handle
 from broker.http.wire.common import MAX_NAME, body_object, q_int, q_str
 from broker.store import ops
 
@@ -59,7 +60,8 @@ async def add_trace(request: BrokerRequest):
     txid, pid = body.get("transactionId"), body.get("partitionId")
     if not isinstance(txid, str) or not txid or not isinstance(pid, str) or not pid:
         raise BadRequest("transactionId and partitionId are required")
-    path_uuid(pid, "partitionId")
+    if not is_partition_handle(pid):  # a framed pop's messages name theirs so
+        path_uuid(pid, "partitionId")
     if body.get("data") is None:
         raise BadRequest("data is required")
     group = body.get("consumerGroup") or QUEUE_MODE
