@@ -8,6 +8,7 @@ from broker.http.openapi.builder import (
     NSTR,
     STR,
     UUID,
+    Schema,
     arr,
     error,
     obj,
@@ -46,6 +47,8 @@ POP_PARAMS = (
     query("subscriptionFrom", "A new group's start: `now` or an ISO-8601 timestamp"),
     q_bool("autopilot", "The broker sizes the omitted `batch` / `partitions` and echoes its "
                         "decision in `autopilot` (docs/wire-contract.md §5.8)"),
+    q_bool("frames", "Messages found come as QPF1 frames, `application/x-queen-pop` "
+                     "(docs/wire-contract.md §5.9); empty answers stay JSON"),
 )
 
 POP_ANSWER = obj({
@@ -56,9 +59,17 @@ POP_ANSWER = obj({
                      ["partitions", "batch", "waitMs"]),
 }, ["messages"])
 
+POP_OK = {"description": "Messages, or none (JSON); with `frames=true` and messages found, QPF1",
+          "content": {"application/json": {"schema": POP_ANSWER},
+                      "application/x-queen-pop": {"schema": {"type": "string",
+                                                             "format": "binary"}}}}
+
+PARTITION_REF: Schema = {"anyOf": [UUID, {"type": "string", "pattern": "^[0-9]{1,20}$",
+                                          "description": "a framed pop's partition handle"}]}
+
 ACK_ITEM = obj({
     "transactionId": {"type": "string", "minLength": 1},
-    "partitionId": UUID,
+    "partitionId": PARTITION_REF,
     "status": {"type": "string", "enum": ["completed", "success", "failed", "retry"],
                "default": "completed"},
     "error": STR, "leaseId": UUID,
@@ -90,16 +101,16 @@ OPERATIONS = [
                                   "(`code: max_size`)")}),
     op("GET", "/api/v1/pop/queue/<queue:str>/partition/<partition:str>", tag=TAG,
        summary="Pop from one partition", description=POP_DESC,
-       params=(path("queue"), path("partition"), *POP_PARAMS), ok=POP_ANSWER),
+       params=(path("queue"), path("partition"), *POP_PARAMS), responses={200: POP_OK}),
     op("GET", "/api/v1/pop/queue/<queue:str>", tag=TAG, summary="Pop from any partition of a queue",
        description=POP_DESC,
        params=(path("queue"), q_int("partitions", "Partitions one pop may claim (1-1000)"),
-               *POP_PARAMS), ok=POP_ANSWER),
+               *POP_PARAMS), responses={200: POP_OK}),
     op("GET", "/api/v1/pop", tag=TAG, summary="Pop by namespace and/or task",
        description=POP_DESC + " At least one of `namespace` and `task` is required.",
        params=(query("namespace", "Queues of this namespace"), query("task", "Queues of this task"),
                q_int("partitions", "Partitions one pop may claim (1-1000)"), *POP_PARAMS),
-       ok=POP_ANSWER),
+       responses={200: POP_OK}),
     op("POST", "/api/v1/ack", tag=TAG, summary="Acknowledge one message",
        body={**ACK_ITEM, "properties": {**ACK_ITEM["properties"], "consumerGroup": STR}},
        body_required=True, ok=arr(ACK_RESULT, minItems=1, maxItems=1)),
@@ -111,7 +122,7 @@ OPERATIONS = [
                    "(`success: false`, every result `rolled_back`).",
        body=obj({"operations": arr(obj({
            "type": {"type": "string", "enum": ["push", "ack"]},
-           "items": arr(PUSH_ITEM), "transactionId": STR, "partitionId": UUID,
+           "items": arr(PUSH_ITEM), "transactionId": STR, "partitionId": PARTITION_REF,
            "status": STR, "consumerGroup": STR, "leaseId": UUID}, ["type"]), minItems=1),
            "requiredLeases": arr(UUID)}, ["operations"]),
        body_required=True,
