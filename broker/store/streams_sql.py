@@ -9,13 +9,14 @@ REGISTER_QUERY = "SELECT * FROM queen_streams.register_query_v1($1, $2, $3, $4, 
 (another hash, no reset) or reset it (state deleted, the new hash takes over)."""
 
 CYCLE = """
-SELECT * FROM queen_streams.cycle_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+SELECT * FROM queen_streams.cycle_v1($1, queen.partition_ref($2::text), $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
                                      $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)
 """
 """A whole cycle, its own transaction: the state ops (cycle_state_v1: query and partition
 known, the shard's lock, a replayed cycle recognised, the ack widened to the lease's whole
 batch), the sink pushes (push_ordered_v2, direct mode), the source ack (ack_messages_v2,
-failed acks to the DLQ), the shard's cycle count. One row; a held sink partition raises
+failed acks to the DLQ), the shard's cycle count; the partition named by its UUID or its
+handle (a framed pop's: queen.partition_ref). One row; a held sink partition raises
 SQLSTATE QSH01, a refused ack QSA01, and nothing is committed."""
 
 CYCLE_HELD = "QSH01"
@@ -24,7 +25,9 @@ CYCLE_HELD = "QSH01"
 CYCLE_ACK_REFUSED = "QSA01"
 """SQLSTATE of CYCLE: the source ack was refused (MESSAGE: ack_messages_v2's error)."""
 
-STATE_GET = "SELECT * FROM queen_streams.state_get_v1($1, $2, $3, $4, $5, $6, $7)"
+STATE_GET = """
+SELECT * FROM queen_streams.state_get_v1($1, $2, queen.partition_refs($3::text[]), $4, $5, $6, $7)
+"""
 """State rows of several folded reads at once; (idx, key, value, updated_at) rows."""
 
 DELETE_QUERY = """

@@ -13,12 +13,16 @@ import contextlib
 import io
 import uuid
 
+import asyncpg
 import httpx
 import pytest
 from queen import Queen
 from queen.http.pop_frames import decode_pop_frames, is_pop_frames
 
+from tests.integration.streams_worker import pipeline
 from tests.integration.test_client_e2e import configure, expect_empty, pop, push
+from tests.integration.test_streams_sdk import SINK_SQL, feed, make_events, windows_of
+from tests.waiting import wait_until_async
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -171,3 +175,39 @@ async def test_an_ack_by_a_malformed_handle_is_a_400(base_url, handle):
         answer = httpx.post(base_url + path, json=body, timeout=10)
         assert answer.status_code == 400, (path, answer.text)
         assert "partitionId" in answer.json()["error"]
+
+
+async def test_a_stream_whose_client_pops_framed_commits_its_cycles_by_handle(
+        base_url, database, queue_name):
+    """The streaming SDK keys its cycles and state reads by the popped messages'
+    partitionId: a handle after a framed pop. Every closed window reaches the sink once with
+    its sum, and the source group's cursor ends at every partition's end."""
+    source, sink, query = queue_name, queue_name + "-sink", "framed-" + queue_name
+    events, expected = make_events(seed=7)
+    with httpx.Client(base_url=base_url, timeout=10) as http:
+        feed(http, source, events)
+    conn = await asyncpg.connect(database.dsn)
+
+    async def done() -> bool:
+        consumed = await conn.fetchval(CONSUMED_SQL, source, "streams." + query)
+        return bool(consumed) and len(await conn.fetch(SINK_SQL, sink)) >= len(expected)
+
+    try:
+        async with queen(base_url, framed_pop=True) as q:
+            runner = await pipeline(q, source, sink).run(query_id=query, url=base_url,
+                                                         batch_size=5, max_partitions=1,
+                                                         max_wait_millis=100)
+            try:
+                await wait_until_async(done, 60, "the stream to consume its source")
+            finally:
+                await runner.stop()
+        got = windows_of(await conn.fetch(SINK_SQL, sink))
+    finally:
+        await conn.close()
+    assert sorted(got) == sorted((k, s, v) for (k, s), v in expected.items())
+
+
+CONSUMED_SQL = """SELECT bool_and(coalesce(l.cursor_seq, 0) = p.last_seq)
+    FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+    LEFT JOIN queen.log_consumers l ON l.partition_id = p.id AND l.consumer_group = $2
+    WHERE q.name = $1"""

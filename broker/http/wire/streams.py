@@ -14,7 +14,7 @@ from broker.core.errors import BadRequest
 from broker.core.ids import is_uuid
 from broker.core.times import iso_milli
 from broker.core.validate import Invalid, check_name, check_text, payload_json
-from broker.http.wire.ack import parse_ack_item, parse_group
+from broker.http.wire.ack import is_partition_handle, parse_ack_item, parse_group
 from broker.http.wire.common import MAX_NAME, body_object, q_int
 from broker.http.wire.push import check_item_count, parse_push_item
 from broker.service.streams import CycleAck, CycleOutcome, CycleRequest, QuerySpec
@@ -33,11 +33,14 @@ STATUS_MAX_PARTITIONS = 1000
 """Most partitions the operator's view of one query lists."""
 
 
-def _uuid(body: Mapping[str, Any], name: str) -> str:
+def _uuid(body: Mapping[str, Any], name: str, *, handle: bool = False) -> str:
+    """A UUID field; ``handle``: a partition's, which may be its handle instead (the SDK
+    keys cycles by the popped messages' partitionId, a handle after a framed pop)."""
     value = body.get(name)
     if value is None or value == "":
         raise BadRequest(f"{name} is required")
-    if not is_uuid(value):
+    if not is_uuid(value) and not (handle and isinstance(value, str)
+                                   and is_partition_handle(value)):
         raise BadRequest(f"{name} must be a UUID, got {value!r}"[:200])
     return value
 
@@ -160,7 +163,7 @@ def parse_cycle(body: Any, max_items: int) -> CycleRequest:
     push_items, ack, release_lease}``; ``max_items``: PUSH_MAX_ITEMS_PER_REQUEST."""
     body = body_object(body)
     query_id = _uuid(body, "query_id")
-    partition_id = _uuid(body, "partition_id")
+    partition_id = _uuid(body, "partition_id", handle=True)
     group = parse_group(body.get("consumer_group"))
     ops = _state_ops(body)
     items = body.get("push_items")
@@ -180,7 +183,7 @@ def parse_cycle(body: Any, max_items: int) -> CycleRequest:
             raise BadRequest(f"ack.status must be one of {', '.join(CYCLE_ACK_STATUSES)}, "
                              f"got {status!r}"[:200])
         ack_row = parse_ack_item({**ack, "status": status, "partitionId": partition_id},
-                                 group, batch=False)
+                                 group, batch=False, handles=True)
     return CycleRequest(query_id, partition_id, group, ops, pushes, ack_row,
                         _bool(body, "release_lease", True))
 
@@ -233,7 +236,8 @@ def parse_state_get(body: Any) -> StateRead:
     if ripe is not None and (isinstance(ripe, bool) or not isinstance(ripe, int)
                              or not -2**63 <= ripe < 2**63):
         raise BadRequest("ripe_at_or_before must be an integer (epoch milliseconds)")
-    return StateRead(_uuid(body, "query_id"), _uuid(body, "partition_id"), keys, prefix, ripe)
+    return StateRead(_uuid(body, "query_id"), _uuid(body, "partition_id", handle=True), keys,
+                     prefix, ripe)
 
 
 def state_answer(rows: list[dict[str, Any]]) -> dict:
