@@ -36,6 +36,10 @@ class QueueConfigCache:
         # so a consumer sending subscriptionMode on every pop costs one insert, not one
         # per pop. Cleared with the rest: a group deleted elsewhere is re-stored.
         self.subscriptions_stored: set[tuple] = set()
+        # (queue, group) -> whether the group conflates there (queen.group_policies): stored
+        # once, changed only by deleting the group, which clears it here (and the periodic
+        # clear heals the other brokers).
+        self.group_policies: dict[tuple[str, str], bool] = {}
         self.hits = 0
         self.misses = 0
 
@@ -57,6 +61,7 @@ class QueueConfigCache:
     def clear(self) -> None:
         self._flags.clear()
         self.subscriptions_stored.clear()
+        self.group_policies.clear()
 
     def stats(self) -> dict[str, Any]:
         total = self.hits + self.misses

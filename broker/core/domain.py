@@ -52,3 +52,5 @@ class PopRequest:
     # frames=true (docs/wire-contract.md §5.9): messages found are answered as QPF1 frames,
     # each payload copied as its stored JSON text
     frames: bool = False
+    # conflation=true (docs/wire-contract.md §5.8): this consumer declares last-value delivery
+    conflation: bool = False

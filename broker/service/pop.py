@@ -14,7 +14,7 @@ from loguru import logger
 
 from actors.autopilot import START_BATCH, WAIT_MAX_MS, Ask, Decision
 from actors.hotlist import REQUEUE
-from broker.core.domain import PopRequest
+from broker.core.domain import QUEUE_MODE, PopRequest
 from broker.core.ids import new_uuid7
 from broker.core.logs import Throttle, dropped_note
 from broker.core.telemetry import telemetry
@@ -53,10 +53,13 @@ class PopResult:
     """What a pop took (``popped``), or, when None, why nothing: ``empty`` is ``paused``
     (pop maintenance), ``empty`` (no message to take), or the reason PostgreSQL's claim
     gave (``window_buffer``, ``lease_held``, ``partition_not_found``). ``sizing``: set
-    when the pop engaged autopilot."""
+    when the pop engaged autopilot. ``conflation``: the group's stored policy on the queue
+    (docs/wire-contract.md §5.8), None when not known (queue mode, a discovery pop, or the
+    database never answered)."""
     popped: Popped | None
     empty: str = "empty"
     sizing: Sizing | None = None
+    conflation: bool | None = None
 
 
 async def pop(ctx: BrokerContext, req: PopRequest) -> PopResult:
@@ -66,7 +69,8 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> PopResult:
     if not req.wait:
         popped = await _with_handles(ctx, req, await attempts([]))
         _count(req, popped)
-        return PopResult(popped, attempts.empty, await _sizing(ctx, attempts, popped))
+        return PopResult(popped, attempts.empty, await _sizing(ctx, attempts, popped),
+                         attempts.conflation)
     settings = ctx.settings
     deadline = time.monotonic() + req.timeout_ms / 1000
     telemetry.long_polls_in_flight += 1
@@ -92,7 +96,8 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> PopResult:
                 del telemetry.long_polls_by_queue[req.queue]
     popped = await _with_handles(ctx, req, popped)
     _count(req, popped)
-    return PopResult(popped, attempts.empty, await _sizing(ctx, attempts, popped))
+    return PopResult(popped, attempts.empty, await _sizing(ctx, attempts, popped),
+                     attempts.conflation)
 
 
 async def _with_handles(ctx: BrokerContext, req: PopRequest, popped: Popped | None
@@ -161,6 +166,7 @@ class _Attempts:
                     if req.autopilot else None)
         self.lease_id = new_uuid7()
         self.empty = "empty"
+        self.conflation: bool | None = None  # the group's stored policy, once read
         # A lease ends without an event (no ack arrives): look again right then.
         self.lease_end: float | None = None
 
@@ -171,6 +177,8 @@ class _Attempts:
             return None
         try:
             await _ensure_subscription(ctx, req)
+            if self.conflation is None:
+                self.conflation = await _group_policy(ctx, req)
             claimed = await claim(ctx, req, self.lease_id, hints, self.ask, self.decision)
             rows = claimed.rows
             if claimed.decision is not None:
@@ -188,6 +196,9 @@ class _Attempts:
                 logger.debug("pop on {}: database unavailable, still waiting{}",
                              req.queue or "*", dropped_note(dropped))
             return None
+        retired = sum(r["retired"] or 0 for r in rows if r["kind"] == "verdict")
+        if retired:
+            telemetry.messages["conflated"] += retired
         messages = [r for r in rows if r["kind"] == "msg"]
         lease_ends = [time.monotonic() + r["verdict_secs"] for r in rows
                       if r["kind"] == "verdict" and r["verdict"] == "leased"
@@ -214,6 +225,19 @@ async def _ensure_subscription(ctx: BrokerContext, req: PopRequest) -> None:
             namespace=req.namespace or "", task=req.task or "",
             mode=req.subscription_mode, start=req.subscription_from)
         stored.add(key)
+
+
+async def _group_policy(ctx: BrokerContext, req: PopRequest) -> bool | None:
+    """Whether the pop's group conflates on its queue (stored on the group's first pop of
+    the queue as it declared, then fixed; read once per broker); None in queue mode and for
+    discovery pops, which never declare (a stored policy still applies to them in SQL)."""
+    if req.group == QUEUE_MODE or req.queue is None:
+        return None
+    key = (req.queue, req.group)
+    policies = ctx.queue_cache.group_policies
+    if key not in policies:
+        policies[key] = await ctx.store.group_policy(req.queue, req.group, req.conflation)
+    return policies[key]
 
 
 # A parked pop that found a partition leased re-checks this long after the

@@ -532,6 +532,11 @@ class Store:
                 self.orphaned_leases.add(lease_id)
             raise
 
+    async def group_policy(self, queue: str, group: str, conflation: bool) -> bool:
+        """Whether the group conflates on the queue: what it first declared, stored then."""
+        async with self.connection() as conn:
+            return bool(await conn.fetchval(sql.GROUP_POLICY, queue, group, conflation))
+
     async def partition_handles(self, ids: Sequence[Any]) -> dict[Any, int]:
         """The handles of partitions by id (asyncpg's UUIDs); a partition that no longer
         exists is absent. Read from PostgreSQL once per partition and kept: bounded by

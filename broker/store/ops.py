@@ -78,6 +78,12 @@ async def queue_depth(store: Store, queue: str, group: str | None) -> list[Recor
         return await conn.fetch(q.QUEUE_DEPTH, queue, group)
 
 
+async def group_conflates(store: Store, queue: str, group: str) -> bool:
+    """The group's stored conflation policy on the queue (False when none is stored)."""
+    async with store.connection() as conn:
+        return bool(await conn.fetchval(q.GROUP_CONFLATES, queue, group))
+
+
 # -- consumer groups ----------------------------------------------------------------------
 
 async def cursor_rows(store: Store, group: str | None = None, queue: str | None = None,
@@ -164,6 +170,7 @@ async def delete_group(store: Store, group: str, queue: str | None,
             if delete_metadata:
                 status = await conn.execute(q.DELETE_GROUP_METADATA, group, queue)
                 meta = int(status.split()[-1])
+                await conn.execute(q.DELETE_GROUP_POLICIES, group, queue)
     return gone, meta
 
 

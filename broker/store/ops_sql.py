@@ -295,6 +295,18 @@ WHERE consumer_group = $1 AND ($2::text IS NULL OR queue_name = $2)
 """
 """Drop group $1's subscriptions (those naming queue $2, or all of them)."""
 
+GROUP_CONFLATES = """
+SELECT conflation FROM queen.group_policies WHERE queue_name = $1 AND consumer_group = $2
+"""
+"""Whether group $2 conflates on queue $1 (no row: it does not)."""
+
+DELETE_GROUP_POLICIES = """
+DELETE FROM queen.group_policies
+WHERE consumer_group = $1 AND ($2::text IS NULL OR queue_name = $2)
+"""
+"""Drop group $1's conflation policies (on queue $2, or every queue): its next pop declares
+anew (migration 0013)."""
+
 UPDATE_SUBSCRIPTION = """
 UPDATE queen.consumer_groups_metadata SET subscription_timestamp = $2
 WHERE consumer_group = $1

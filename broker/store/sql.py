@@ -65,18 +65,34 @@ GROUP BY b.server_id ORDER BY b.server_id
 """Which brokers hold spooled pushes for how many partitions (the maintenance body)."""
 
 POP = """
-SELECT * FROM queen.pop_messages($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+SELECT * FROM queen.pop_messages_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 """
-"""Claim partitions and read messages; see queen.pop_messages."""
+"""Claim partitions and read messages, conflating for groups whose policy says so; see
+queen.pop_messages_v2 (migration 0013)."""
 
 POP_PAYLOAD_TEXT = """
 SELECT kind, queue_name, partition_name, partition_id, message_id, transaction_id, trace_id,
        payload::text AS payload, is_encrypted, producer_sub, created_at, seq, retry_count,
-       verdict, verdict_secs
-FROM queen.pop_messages($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) WITH ORDINALITY AS p
+       verdict, verdict_secs, retired
+FROM queen.pop_messages_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) WITH ORDINALITY AS p
 ORDER BY p.ordinality
 """
 """POP with each payload as its JSON text, undecoded (the framed pop copies it as it is)."""
+
+GROUP_POLICY = """
+WITH stored AS (
+    INSERT INTO queen.group_policies (queue_name, consumer_group, conflation)
+    VALUES ($1, $2, $3)
+    ON CONFLICT (queue_name, consumer_group) DO NOTHING
+    RETURNING conflation
+)
+SELECT conflation FROM stored
+UNION ALL
+SELECT conflation FROM queen.group_policies WHERE queue_name = $1 AND consumer_group = $2
+LIMIT 1
+"""
+"""A group's conflation policy on a queue: stored on first contact as declared ($3), then
+what is stored (migration 0013)."""
 
 PARTITION_HANDLES = "SELECT id, handle FROM queen.partitions WHERE id = ANY($1::uuid[])"
 """The u64 handles of partitions (migration 0012), by id."""

@@ -37,7 +37,7 @@ async def _pop(request: BrokerRequest, queue: str | None, partition: str | None)
                     default_subscription_mode=settings.default_subscription_mode)
     result = await service.pop(ctx, req)
     if req.frames:
-        framed = pop_frames.framed_answer(req, result, own_keys(result))
+        framed = pop_frames.framed_answer(req, result, own_keys(req, result))
         if framed is not None:
             return HTTPResponse(framed, content_type=pop_frames.CONTENT_TYPE)
     return json(pop_answer(req, result))

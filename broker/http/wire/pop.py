@@ -21,8 +21,6 @@ MAX_POP_PARTITIONS = 1_000   # partitions one wildcard pop may claim
 def parse_pop(args: Mapping[str, Any], *, queue: str | None, partition: str | None,
               default_batch: int, default_timeout_ms: int,
               default_subscription_mode: str) -> PopRequest:
-    if q_bool(args, "conflation"):
-        raise BadRequest("conflation is not supported by this broker")
     namespace, task = q_str(args, "namespace"), q_str(args, "task")
     if queue is None and namespace is None and task is None:
         raise BadRequest("namespace or task is required")
@@ -30,6 +28,14 @@ def parse_pop(args: Mapping[str, Any], *, queue: str | None, partition: str | No
     if len(group) > MAX_NAME:
         raise BadRequest(f"consumerGroup must be at most {MAX_NAME} characters")
     auto_ack = q_bool(args, "autoAck")
+    conflation = q_bool(args, "conflation")
+    if conflation:  # a policy of a named group on one queue (§5.8)
+        if group == QUEUE_MODE:
+            raise BadRequest("conflation needs a consumerGroup: it is a consumer group's policy")
+        if queue is None:
+            raise BadRequest("conflation needs a queue: pop /api/v1/pop/queue/{queue}")
+        if auto_ack:
+            raise BadRequest("conflation and autoAck exclude each other")
     mode = q_str(args, "subscriptionMode") or default_subscription_mode
     sub_from_raw = q_str(args, "subscriptionFrom")
     sub_mode: str | None = None
@@ -69,6 +75,7 @@ def parse_pop(args: Mapping[str, Any], *, queue: str | None, partition: str | No
         autopilot_partitions=(autopilot and partition is None
                               and args.get("partitions") in (None, "")),
         frames=q_bool(args, "frames"),
+        conflation=conflation,
     )
 
 
@@ -106,17 +113,26 @@ def pop_answer(req: PopRequest, result: PopResult) -> dict:
     """The answer to a pop: the messages it took, or why it took none (§5.4); with the
     sizing echoed when the pop engaged autopilot (§5.8)."""
     answer = _answer(req, result)
-    answer.update(own_keys(result))
+    answer.update(own_keys(req, result))
     return answer
 
 
-def own_keys(result: PopResult) -> dict:
-    """What an answer carries beside its messages and their place: the autopilot echo."""
+def own_keys(req: PopRequest, result: PopResult) -> dict:
+    """What an answer carries beside its messages and their place: the autopilot echo and
+    the conflation echo (§5.8). ``conflation: true`` when the group's stored policy
+    conflates (or, policy not read, when this pop declared it and delivered nothing);
+    ``conflationConflict: true`` when this pop declared it and the stored policy does not."""
+    keys: dict[str, Any] = {}
+    stored = result.conflation
+    if stored or (stored is None and req.conflation and result.popped is None):
+        keys["conflation"] = True
+    elif req.conflation and stored is False:
+        keys["conflationConflict"] = True
     sizing = result.sizing
-    if sizing is None:
-        return {}
-    return {"autopilot": {"partitions": sizing.partitions, "batch": sizing.batch,
-                          "waitMs": sizing.wait_ms}}
+    if sizing is not None:
+        keys["autopilot"] = {"partitions": sizing.partitions, "batch": sizing.batch,
+                             "waitMs": sizing.wait_ms}
+    return keys
 
 
 def _answer(req: PopRequest, result: PopResult) -> dict:

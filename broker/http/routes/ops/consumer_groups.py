@@ -78,6 +78,9 @@ async def _delete(request: BrokerRequest, group: str, queue: str | None):
     if delete_metadata:  # let this broker store the group's subscription again
         stored = request.app.ctx.queue_cache.subscriptions_stored
         stored.difference_update({k for k in stored if k[0] == group and queue in (None, k[1])})
+        policies = request.app.ctx.queue_cache.group_policies
+        for key in [k for k in policies if k[1] == group and queue in (None, k[0])]:
+            del policies[key]
     # The next pop re-seeds these partitions from the subscription (or the start).
     _announce(request, ((r["queue_name"], r["partition_name"]) for r in gone if r["last_seq"] > 0))
     body = {"success": True, "consumerGroup": group, "deletedPartitions": len(gone),

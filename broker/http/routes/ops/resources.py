@@ -94,11 +94,15 @@ async def depth(request: BrokerRequest, queue: str):
     if rows is None:
         return error("Queue not found", 404)
     pending = sum(r["pending"] for r in rows)
+    owing = sum(1 for r in rows if r["pending"] > 0)
+    # A conflating group runs its handler once per partition that owes work (§5.8).
+    conflates = group is not None and await ops.group_conflates(request.app.ctx.store, queue,
+                                                                group)
     return json({
         "queue": queue, "group": group, "pending": pending,
-        "partitionsPending": sum(1 for r in rows if r["pending"] > 0),
-        "conflation": False,           # no conflation here (docs/wire-contract.md §17 item 4)
-        "effectivePending": pending,
+        "partitionsPending": owing,
+        "conflation": conflates,
+        "effectivePending": owing if conflates else pending,
         "partitions": [{"partition": r["partition"], "pending": r["pending"]} for r in rows],
     })
 
