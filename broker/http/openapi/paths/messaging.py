@@ -47,6 +47,9 @@ POP_PARAMS = (
     query("subscriptionFrom", "A new group's start: `now` or an ISO-8601 timestamp"),
     q_bool("autopilot", "The broker sizes the omitted `batch` / `partitions` and echoes its "
                         "decision in `autopilot` (docs/wire-contract.md §5.8)"),
+    q_bool("conflation", "Last-value delivery, the consumer group's policy on the queue "
+                         "(stored at its first pop; needs `consumerGroup`, not with `autoAck`; "
+                         "docs/wire-contract.md §5.8)"),
     q_bool("frames", "Messages found come as QPF1 frames, `application/x-queen-pop` "
                      "(docs/wire-contract.md §5.9); empty answers stay JSON"),
 )
@@ -55,6 +58,7 @@ POP_ANSWER = obj({
     "success": BOOL, "messages": arr(ref("Message")), "leaseId": NSTR, "queue": NSTR,
     "partition": NSTR, "partitionId": NSTR, "consumerGroup": NSTR, "error": STR,
     "paused": BOOL, "windowBufferActive": BOOL, "partitionsClaimed": INT,
+    "conflation": BOOL, "conflationConflict": BOOL,
     "autopilot": obj({"partitions": INT, "batch": INT, "waitMs": INT},
                      ["partitions", "batch", "waitMs"]),
 }, ["messages"])
