@@ -104,8 +104,10 @@ class Mesh:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_connections: int | None = None,
         tls: MeshTLS | None = None,
+        advertise_url: str | None = None,
     ) -> None:
         self.server_id = server_id
+        self.advertise_url = advertise_url
         self.port = port
         self.bind_host = bind_host
         self._secret = secret
@@ -171,6 +173,7 @@ class Mesh:
                 heartbeat_ms=self._heartbeat_ms,
                 stall_timeout_ms=stall_ms,
                 tls=client_tls,
+                advertise_url=self.advertise_url,
             )
             for link in self.links
         ]
@@ -217,6 +220,13 @@ class Mesh:
         self.broadcasts += 1
         return sum(link.offer(frame_type, body) for link in self.links)
 
+    def members(self) -> dict[str, str | None]:
+        """The brokers alive now, by server id, with the HTTP API each advertises: this one
+        (None: serve here) and every peer whose heartbeats arrive and carry a URL."""
+        found: dict[str, str | None] = dict(self.listener_state.alive_urls())
+        found[self.server_id] = None
+        return found
+
     def stats(self) -> dict[str, Any]:
         """The mesh stats object of docs/behaviour.md §3.6, plus the authentication figures.
 
@@ -251,6 +261,10 @@ class Mesh:
             ],
             "servers_alive": alive,
             "servers_dead": dead,
+            # the brokers alive now and their advertised HTTP API (ephemeral queues' owners)
+            "members": sorted(({"serverId": sid, "url": url or self.advertise_url}
+                               for sid, url in self.members().items()),
+                              key=lambda m: str(m["serverId"])),
             "messages_sent": sum(link.sent for link in self.links),
             "messages_received": state.messages_received,
             "messages_dropped": sum(link.dropped for link in self.links),

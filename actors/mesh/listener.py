@@ -31,6 +31,7 @@ from loguru import logger
 
 from actors.mesh.frames import (
     DEFAULT_MAX_FRAME_BYTES,
+    HEARTBEAT,
     HELLO,
     HINT_TYPES,
     FrameError,
@@ -97,6 +98,10 @@ class RateLimitedLog:
         return True
 
 
+MAX_ADVERTISED_URL = 2048
+"""Longest advertised HTTP API URL a heartbeat may carry (QUEEN_ADVERTISE_URL's bound)."""
+
+
 class ListenerState:
     """Counters and the liveness map, readable synchronously by the owner of the mesh."""
 
@@ -107,6 +112,7 @@ class ListenerState:
         self.rejections = dict.fromkeys(REJECTION_REASONS, 0)
         self.inbound_connections = 0  # currently open accepted connections
         self.last_seen: dict[str, float] = {}  # server_id -> time.monotonic()
+        self.urls: dict[str, str] = {}  # server_id -> the HTTP API its heartbeats advertise
 
     def touch(self, server_id: str) -> None:
         self.last_seen[server_id] = time.monotonic()
@@ -114,6 +120,12 @@ class ListenerState:
     def is_dead(self, server_id: str, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
         return (now - self.last_seen[server_id]) * 1000 > self.dead_threshold_ms
+
+    def alive_urls(self) -> dict[str, str]:
+        """The advertised HTTP API of every peer alive now that sent one."""
+        now = time.monotonic()
+        return {sid: url for sid, url in self.urls.items()
+                if sid in self.last_seen and not self.is_dead(sid, now)}
 
     def liveness(self) -> tuple[int, int]:
         """(servers_alive, servers_dead) among the server_ids ever seen."""
@@ -288,8 +300,11 @@ class MeshListener(AsyncioActor):
                 logger.debug("mesh: connection from {} ({}) lost: {}", server_id, peer, exc)
                 return
             self._seen(server_id)
+            if frame_type == HEARTBEAT:
+                self._heard_url(server_id, raw)
+                continue
             if frame_type not in HINT_TYPES:
-                continue  # HEARTBEAT (liveness only) or an unknown type
+                continue  # an unknown type
             payload = decode_payload(raw)
             if payload is None:
                 logger.debug("mesh: ignoring malformed frame type {} from {}", frame_type,
@@ -310,6 +325,17 @@ class MeshListener(AsyncioActor):
         self._log.warning("mesh: closed connection from {} ({}): {}", peer, reason, detail)
 
     # --- liveness ----------------------------------------------------------
+
+    def _heard_url(self, server_id: str, raw: bytes) -> None:
+        """A heartbeat's advertised HTTP API (``url``), kept per authenticated sender; a
+        heartbeat without one, or with something that is not an http(s) URL, keeps none."""
+        payload = decode_payload(raw)
+        url = payload.get("url") if isinstance(payload, dict) else None
+        if (isinstance(url, str) and len(url) <= MAX_ADVERTISED_URL
+                and url.startswith(("http://", "https://"))):
+            self.state.urls[server_id] = url
+        else:
+            self.state.urls.pop(server_id, None)
 
     def _seen(self, server_id: str) -> None:
         self.state.touch(server_id)

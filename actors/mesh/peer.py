@@ -121,10 +121,12 @@ class MeshPeer(AsyncioActor):
         heartbeat_ms: int,
         stall_timeout_ms: int = DEFAULT_STALL_TIMEOUT_MS,
         tls: ssl.SSLContext | None = None,
+        advertise_url: str | None = None,
     ) -> None:
         super().__init__()
         self.link = link
         self._server_id = server_id
+        self._advertise_url = advertise_url
         self._secret = secret
         self._heartbeat_s = heartbeat_ms / 1000
         self._stall_timeout_s = stall_timeout_ms / 1000
@@ -216,7 +218,10 @@ class MeshPeer(AsyncioActor):
     ) -> None:
         link = self.link
         loop = asyncio.get_running_loop()
-        heartbeat = encode_payload({"server_id": self._server_id})
+        # A heartbeat also says where this broker's HTTP API is (its peers forward an
+        # ephemeral queue's requests to the queue's owner there).
+        heartbeat = encode_payload({"server_id": self._server_id, "url": self._advertise_url}
+                                   if self._advertise_url else {"server_id": self._server_id})
         # The first heartbeat tick is skipped: HELLO was just written.
         next_heartbeat = loop.time() + self._heartbeat_s
         eof = loop.create_task(reader.read(4096))

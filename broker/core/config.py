@@ -104,6 +104,14 @@ def _str(name: str, raw: str) -> str:
     return raw
 
 
+def _http_url(name: str, raw: str) -> str:
+    url = raw.strip().rstrip("/")
+    if not url.startswith(("http://", "https://")) or len(url) > 2048 or url in (
+            "http://", "https://"):
+        raise ConfigError(f"{name} must be an http:// or https:// URL, got {raw!r}")
+    return url
+
+
 def _path(name: str, raw: str) -> Path:
     # Resolved once, at load time, against the working directory the broker was started in,
     # so a later chdir cannot move the data.
@@ -322,6 +330,11 @@ VARIABLES: list[Variable] = [
        _peers, aliases=("QUEEN_UDP_PEERS",)),
     _v("QUEEN_MESH_HOST", "$HOST", "str",
        "Address the mesh listens on; defaults to HOST.", _str, dynamic=lambda env: None),
+    _v("QUEEN_ADVERTISE_URL", "http://$HOST:$PORT", "str",
+       "This broker's HTTP API as its peers reach it, sent in its mesh heartbeats: the owner of "
+       "an ephemeral queue is reached there by the other brokers, which forward that queue's "
+       "requests to it. Set it when HOST is 0.0.0.0 or the brokers reach each other through "
+       "another address.", _http_url, dynamic=lambda env: None),
     _v("QUEEN_SYNC_SECRET", "", "secret",
        "Shared secret authenticating every mesh connection and frame (HMAC-SHA256); empty = "
        "open (unauthenticated) mode, warned about at boot and every 5 minutes.", _str,
@@ -481,6 +494,7 @@ class Settings:
     queen_mesh_port: int
     queen_mesh_peers: tuple[tuple[str, int], ...]
     queen_mesh_host: str
+    queen_advertise_url: str
     queen_sync_secret: str = field(repr=False)
     queen_mesh_require_secret: bool
     queen_mesh_max_skew_ms: int
@@ -640,6 +654,7 @@ class Settings:
                 "cache_refresh_ms": self.queen_cache_refresh_interval_ms,
                 "auth": "hmac" if self.queen_sync_secret else "off",
                 "mesh_host": self.queen_mesh_host,
+                "advertise_url": self.queen_advertise_url,
                 "tls": "on" if self.mesh_tls else "off",
             },
         }
@@ -690,6 +705,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     # The mesh binds where the HTTP API does unless told otherwise.
     if values["queen_mesh_host"] is None:
         values["queen_mesh_host"] = values["host"]
+    if values["queen_advertise_url"] is None:
+        values["queen_advertise_url"] = f"http://{values['host']}:{values['port']}"
     if values["queen_mesh_max_connections"] is None:
         values["queen_mesh_max_connections"] = 4 * len(values["queen_mesh_peers"]) + 4
 

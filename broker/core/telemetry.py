@@ -121,6 +121,8 @@ class Telemetry:
     # long_poll: attempts, timer_rechecks, shared_rechecks (a timer re-check
     # answered by another parked pop's check of the same cohort)
     pops: Counter = field(default_factory=Counter)
+    # ephemeral requests passed on to their queue's owner: forwarded, unreachable (503)
+    ephemeral_forwards: Counter = field(default_factory=Counter)
     # pops that engaged autopilot, by the knob the broker chose (batch, partitions)
     autopilot: Counter = field(default_factory=Counter)
     autopilot_batch: Histogram = field(default_factory=autopilot_batch_histogram)

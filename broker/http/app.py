@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import httpx
 from loguru import logger
 from sanic import Blueprint, Request, Sanic
 from sanic.exceptions import BadURL, MethodNotAllowed, NotFound, SanicException
@@ -153,6 +154,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
 
     @app.before_server_start
     async def start(app: BrokerApp) -> None:
+        app.ctx.forward_client = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
         store = await Store.connect(
             dsn, pool_size=settings.db_pool_size,
             connect_timeout_ms=settings.db_connection_timeout,
@@ -204,9 +207,15 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
                         on_frame=hints.on_frame, bind_host=settings.queen_mesh_host,
                         max_skew_ms=settings.queen_mesh_max_skew_ms,
                         max_frame_bytes=settings.queen_mesh_max_frame_bytes,
-                        max_connections=settings.queen_mesh_max_connections, tls=tls)
+                        max_connections=settings.queen_mesh_max_connections, tls=tls,
+                        advertise_url=settings.queen_advertise_url)
             await mesh.start()  # a bind failure is logged; the local waker still works
             app.ctx.mesh = hints.mesh = mesh
+            if app.ctx.auth.enabled and not settings.queen_sync_secret:
+                logger.warning("ephemeral queues: JWT auth is on and the mesh has no "
+                               "QUEEN_SYNC_SECRET, so requests are not forwarded to a queue's "
+                               "owner (callers' tokens would go to unauthenticated peers): "
+                               "each broker keeps its own rings")
             hints.start_dirty_flusher()
         elif settings.queen_sync_enabled:
             logger.info("mesh sync enabled but no peers configured: local waker only")
@@ -275,6 +284,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
         await app.ctx.hints.stop()
         if app.ctx.mesh is not None:
             await app.ctx.mesh.stop()
+        await app.ctx.forward_client.aclose()
         await stop_all()
         await app.ctx.store.close()
 

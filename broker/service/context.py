@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import httpx
     from pykka import ActorRef
 
     from actors.hints import Hints
@@ -58,6 +59,8 @@ class BrokerContext:
     hotlist: HotListPort | None = None  # None with QUEEN_HOTLIST=false
     hints: Hints = None  # type: ignore[assignment]
     mesh: Mesh | None = None  # None without peers
+    # passes an ephemeral queue's requests on to its owner (broker/http/forward.py)
+    forward_client: httpx.AsyncClient = None  # type: ignore[assignment]
     spool: SpoolPort = None  # type: ignore[assignment]
     # merges queen.staged into the queues
     merger: StagingMergerPort = None  # type: ignore[assignment]

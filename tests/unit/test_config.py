@@ -182,8 +182,18 @@ def test_sync_log_block():
         "enabled": True, "mesh_active": True, "server_id": "q1", "mesh_port": 6633,
         "peers": ["a:6633", "b:7000"], "secret": "<unset>", "heartbeat_ms": 1000,
         "dead_threshold_ms": 5000, "cache_refresh_ms": 60000, "auth": "off",
-        "mesh_host": "127.0.0.1", "tls": "off",
+        "mesh_host": "127.0.0.1", "advertise_url": "http://127.0.0.1:6632", "tls": "off",
     }
+
+
+def test_the_advertised_url_defaults_to_the_http_api_and_must_be_http():
+    assert load_settings({"HOST": "10.0.0.5", "PORT": "7000"}).queen_advertise_url == \
+        "http://10.0.0.5:7000"
+    given = load_settings({"QUEEN_ADVERTISE_URL": "https://queen-1.internal:443/"})
+    assert given.queen_advertise_url == "https://queen-1.internal:443"
+    for bad in ("queen-1:6632", "ftp://x", "http://"):
+        with pytest.raises(ConfigError, match="QUEEN_ADVERTISE_URL"):
+            load_settings({"QUEEN_ADVERTISE_URL": bad})
 
 
 def test_registry_matches_settings():
