@@ -119,6 +119,33 @@ def _fanout(res: dict) -> tuple[str, float | None, bool] | None:
             f"({r['groups']} groups vs 1)", x, x <= 1.2)
 
 
+def _vs_json(kind: str, variant: str, floor: float) -> Check:
+    """client_paths: a fast path's msg/s over the JSON path's of the same run (``kind``: push,
+    pop); a framed pop the broker answered with JSON is "not served", not met."""
+    def check(res: dict) -> tuple[str, float | None, bool] | None:
+        rows = {r["variant"]: r for r in res.get(kind, [])}
+        r, base = rows.get(variant), rows.get("json")
+        if r is None or base is None:
+            return None
+        if r.get("not_served"):  # e.g. "not served (JSON answer)"
+            return r["not_served"], None, False
+        if r.get("ratio_to_json") is None:
+            return None
+        return (f"{r['msgs_per_s']:,.0f} msg/s, JSON {base['msgs_per_s']:,.0f}",
+                r["ratio_to_json"], r["ratio_to_json"] >= floor)
+    return check
+
+
+def _drain_autopilot(res: dict) -> tuple[str, float | None, bool] | None:
+    d = res.get("drain") or {}
+    x = d.get("autopilot_vs_best")
+    if x is None:
+        return None
+    auto = d["results"][0]["elapsed_s"]
+    best = next(r for r in d["results"] if r["label"] == d["best_hand_tuned"])
+    return (f"{auto:.2f} s vs {best['elapsed_s']:.2f} s ({best['label']})", x, x <= 1.2)
+
+
 TARGETS: list[tuple[str, str, Check]] = [
     ("push, 100 items per request >= 0.50 x raw", "push", _vs_raw(100, 0.50)),
     ("push, 1 item per request >= 0.50 x raw", "push", _vs_raw(1, 0.50)),
@@ -136,6 +163,14 @@ TARGETS: list[tuple[str, str, Check]] = [
      _partitions_push(100)),
     ("every partition with pending messages served by wildcard pops", "partitions", _served),
     ("fan-out: broker CPU per delivery, 10 groups <= 1.2 x 1 group", "fanout", _fanout),
+    ("push 100, binary QPB1 >= 1.5 x JSON msg/s (issue 26)", "client_paths",
+     _vs_json("push", "binary", 1.5)),
+    ("push 100, framed+zstd QPB1 >= 1.5 x JSON msg/s (issue 26)", "client_paths",
+     _vs_json("push", "frames", 1.5)),
+    ("pop + ack 100, framed QPF1 >= 1.3 x JSON msg/s (issue 26)", "client_paths",
+     _vs_json("pop", "frames", 1.3)),
+    ("consume() drain: autopilot time <= 1.2 x best hand-tuned (issue 26)", "client_paths",
+     _drain_autopilot),
 ]
 
 

@@ -40,6 +40,15 @@ def all_results(**over: dict | None) -> dict[str, dict | None]:
         "fanout": {"results": [{"groups": g, "broker": fig(c, 90),
                                 "cpu_per_delivery_vs_1_group": c / 60}
                                for g, c in ((1, 60.0), (5, 62.0), (10, 66.0))]},
+        "client_paths": {
+            "push": [{"variant": v, "msgs_per_s": 1000.0 * r, "ratio_to_json": r,
+                      "broker": fig(40, 80)} for v, r in (("json", 1.0), ("binary", 1.6),
+                                                          ("frames", 1.55))],
+            "pop": [{"variant": v, "msgs_per_s": 1000.0 * r, "ratio_to_json": r,
+                     "broker": fig(40, 80)} for v, r in (("json", 1.0), ("frames", 1.35))],
+            "drain": {"autopilot_vs_best": 1.1, "best_hand_tuned": "batch 500",
+                      "results": [{"label": "autopilot", "elapsed_s": 1.1},
+                                  {"label": "batch 500", "elapsed_s": 1.0}]}},
     }
     res.update(over)
     return res
@@ -56,6 +65,20 @@ def test_every_target_has_a_row_and_all_met_when_the_figures_are_inside():
         assert v[label] == "met", (label, rows)
     rss = [r for r in rows if r[0].startswith("broker RSS")]
     assert len(rss) == len(all_results()) and all(r[3] == "met" for r in rss)
+
+
+def test_a_client_path_slower_than_json_or_not_served_is_not_met():
+    res = all_results()
+    paths = res["client_paths"]
+    assert paths is not None
+    paths["push"][1]["ratio_to_json"] = 0.85
+    paths["pop"][1] = {"variant": "frames", "not_served": "not served (JSON answer)"}
+    paths["drain"]["autopilot_vs_best"] = 1.25
+    rows = {r[0]: r for r in target_rows(res)}
+    assert rows["push 100, binary QPB1 >= 1.5 x JSON msg/s (issue 26)"][2:] == ["0.85", "NOT met"]
+    assert rows["pop + ack 100, framed QPF1 >= 1.3 x JSON msg/s (issue 26)"][3] == "NOT met"
+    assert rows["consume() drain: autopilot time <= 1.2 x best hand-tuned (issue 26)"][2:] == [
+        "1.25", "NOT met"]
 
 
 def test_missed_targets_are_not_met_with_the_ratio_they_missed_by():
