@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 
+import asyncpg
 import httpx
 import pytest
 from queen import Queen
@@ -185,3 +187,34 @@ async def test_a_default_consume_with_conflation_runs_the_handler_on_the_newest(
         with contextlib.redirect_stdout(io.StringIO()):
             await q.close()
     assert sorted(seen) == ["a-5", "b-5"]
+
+
+async def test_a_conflating_stream_maps_only_the_newest_message_of_each_partition(
+        base_url, database, queue_name):
+    from queen.streams import Stream
+
+    from tests.waiting import wait_until_async
+
+    source, sink = queue_name, queue_name + "-sink"
+    q = Queen(base_url)
+    conn = await asyncpg.connect(database.dsn)
+    sunk = """SELECT m.payload::text FROM queen.messages m
+              JOIN queen.partitions p ON p.id = m.partition_id
+              JOIN queen.queues qq ON qq.id = p.queue_id WHERE qq.name = $1"""
+    try:
+        await fill(q, source, {"a": 5, "b": 4})
+        runner = await (Stream.from_(q.queue(source)).map(lambda m: {"seen": m["data"]["i"]})
+                        .to(q.queue(sink))).run(query_id="latest-" + queue_name, url=base_url,
+                                                conflation=True, max_wait_millis=100)
+        try:
+            async def sunk_two() -> bool:
+                return len(await conn.fetch(sunk, sink)) >= 2
+            await wait_until_async(sunk_two, 30, "the stream's two sink messages")
+        finally:
+            await runner.stop()
+        rows = sorted(json.loads(r[0])["seen"] for r in await conn.fetch(sunk, sink))
+    finally:
+        await conn.close()
+        with contextlib.redirect_stdout(io.StringIO()):
+            await q.close()
+    assert rows == [3, 4]  # b's newest (i=3) and a's newest (i=4), nothing behind them
