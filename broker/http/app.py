@@ -56,6 +56,7 @@ from broker.http.routes import (
     quarantine,
     reads,
     streams,
+    supervision,
     system,
     timers,
 )
@@ -147,7 +148,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
 
     for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp, docs.bp,
                       streams.bp, reads.bp, kv.bp, locks.bp, timers.bp, migration.bp,
-                      ephemeral.bp, dashboard.bp, identity.bp, *ops.blueprints):
+                      ephemeral.bp, dashboard.bp, identity.bp, supervision.bp, *ops.blueprints):
         if blueprint is not pop.bp:
             answer_head_like_get(blueprint)
         app.blueprint(blueprint)

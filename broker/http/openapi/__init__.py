@@ -24,12 +24,13 @@ from broker.http.openapi.paths import (
     state_ops,
     status,
     streams,
+    supervision,
     system,
     traces,
 )
 
 GROUPS = (messaging, queues, messages, consumer_groups, traces, status, system, streams,
-          state, state_ops, migration, dashboard)
+          state, state_ops, migration, dashboard, supervision)
 
 COMPONENTS: dict[str, Any] = {
     "schemas": {

@@ -1,16 +1,21 @@
 """Key/value on the wire: the operations of ``POST /api/v1/kv``, of its path-style sugar
 (``/api/v1/kv/<ns>/<key>``: an ETag carries the version, ``If-Match`` / ``If-None-Match: *``
 are ``expect``) and of a transaction's ``kv`` rider (coded 400s: kv_*), and the answers
-around the operations' results (each result element is broker/store/kv.py's)."""
+around the operations' results (each result element is broker/store/kv.py's); and the
+operator's view of the one ``queen-`` namespace clients write, ``queen-supervisor``
+(``GET /api/v1/status/supervision``, docs/supervision.md)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
 from broker.core.errors import BadRequest
+from broker.core.times import iso_milli
 from broker.core.validate import Invalid, payload_json, text_problem
-from broker.http.wire.common import array_field, body_object, is_int
+from broker.http.wire.common import array_field, body_object, is_int, q_str
+from broker.service.supervision import Instance, Pool, SupervisionView
 from broker.store.kv import BatchOutcome, KvOp
+from broker.store.supervision import NAMESPACE as SUPERVISION_NS
 
 KV_MAX_OPS = 1000
 KV_NS_MAX = 128
@@ -23,6 +28,9 @@ KV_VALUE_MAX_BYTES = 1024 * 1024
 RESERVED_NS_PREFIX = "queen-"
 """Namespaces the broker writes itself (``queen-locks``: lock permits): readable and
 checkable by anyone, writable only through their own routes."""
+CLIENT_NAMESPACES = frozenset({SUPERVISION_NS})
+"""The ``queen-`` namespaces clients write like any other: ``queen-supervisor``, where
+``consume().supervision(...)`` publishes each consumer's status (docs/supervision.md)."""
 
 _KV_OPS = ("get", "getMany", "getPrefix", "put", "putIfAbsent", "delete", "incr", "check")
 _NS_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-")
@@ -111,7 +119,7 @@ def parse_kv_op(raw: Any, where: str, *, in_transaction: bool = False,
     if not isinstance(required, bool):
         raise kv_refusal(f"{where}.required must be a boolean")
     if op in ("put", "putIfAbsent", "delete", "incr") and ns.startswith(RESERVED_NS_PREFIX) \
-            and not internal:
+            and ns not in CLIENT_NAMESPACES and not internal:
         raise kv_refusal(f"{where}: namespace {ns!r} is written by the broker only "
                          "(lock permits go through /api/v1/locks)", "kv_namespace_reserved")
     if op == "getMany":
@@ -243,3 +251,61 @@ def kv_key_answer(op: KvOp, result: dict) -> tuple[dict, int, str | None]:
 
 def _etag(version: int | None) -> str | None:
     return None if version is None else f'"{version}"'
+
+
+# -- the supervision namespace's operator view ---------------------------------------------
+
+SUPERVISION_GROUP_MAX = 255
+
+
+def parse_supervision(args: Mapping[str, Any]) -> str | None:
+    """``GET /api/v1/status/supervision?group=``: one supervision group, or every one."""
+    group = q_str(args, "group")
+    if group is None:
+        return None
+    if len(group) > SUPERVISION_GROUP_MAX or "/" in group or text_problem(group):
+        raise BadRequest(f"group must be 1 to {SUPERVISION_GROUP_MAX} characters of storable "
+                         "text without /")
+    return group
+
+
+def _pool(p: Pool) -> dict:
+    return {"name": p.name, "queue": p.queue, "namespace": p.namespace, "task": p.task,
+            "consumerGroup": p.consumer_group, "desired": p.desired, "running": p.running,
+            "busy": p.busy, "completed": p.completed, "failed": p.failed,
+            "lastCompletedAt": iso_milli(p.last_completed_at),
+            "oldestInflightSeconds": p.oldest_inflight_seconds}
+
+
+def _instance(i: Instance) -> dict:
+    return {"instance": i.instance, "key": i.key, "status": i.status, "problem": i.problem,
+            "state": i.state, "stale": i.stale, "schema": i.schema, "hostname": i.hostname,
+            "pid": i.pid, "engine": i.engine, "executionModel": i.execution_model,
+            "startedAt": iso_milli(i.started_at), "updatedAt": iso_milli(i.updated_at),
+            "uptimeSeconds": i.uptime_seconds, "ageSeconds": i.age_seconds,
+            "heartbeatTimeout": i.heartbeat_timeout, "publishedAt": iso_milli(i.published_at),
+            "expiresAt": iso_milli(i.expires_at), "pools": [_pool(p) for p in i.pools]}
+
+
+def _counts(instances: list[Instance]) -> dict:
+    """``running``: running and heard from in time; ``stale``: not stopped and not heard
+    from within its heartbeat timeout; ``problems``: not decoded (status other than ok)."""
+    return {"instances": len(instances),
+            "running": sum(i.state == "running" and i.stale is False for i in instances),
+            "stopped": sum(i.state == "stopped" for i in instances),
+            "stale": sum(bool(i.stale) and i.state != "stopped" for i in instances),
+            "problems": sum(i.status != "ok" for i in instances)}
+
+
+def supervision_answer(view: SupervisionView) -> dict:
+    """Instances grouped by supervision group (groups and instances in key order)."""
+    groups: dict[str, list[Instance]] = {}
+    for i in view.instances:
+        groups.setdefault(i.group, []).append(i)
+    return {"namespace": SUPERVISION_NS, "asOf": iso_milli(view.as_of), "group": view.group,
+            "groups": [{"group": name, "counts": _counts(members),
+                        "instances": [_instance(i) for i in members]}
+                       for name, members in groups.items()],
+            "totals": {"groups": len(groups), **_counts(view.instances)},
+            "keys": {"live": view.keys, "heads": view.heads, "chunks": view.chunks},
+            "truncated": view.truncated}

@@ -10,6 +10,7 @@ import * as messages from "/dashboard/js/views/messages.js";
 import * as maintenance from "/dashboard/js/views/maintenance.js";
 import * as streams from "/dashboard/js/views/streams.js";
 import * as state from "/dashboard/js/views/state.js";
+import * as supervision from "/dashboard/js/views/supervision.js";
 
 const ROUTES = [
   [/^\/?$/, overview, "overview"],
@@ -21,6 +22,7 @@ const ROUTES = [
   [/^\/maintenance\/?$/, maintenance, "maintenance"],
   [/^\/streams(?:\/([^/]+))?\/?$/, streams, "streams"],
   [/^\/state\/?$/, state, "state"],
+  [/^\/supervision\/?$/, supervision, "supervision"],
 ];
 
 let cleanup = null;
