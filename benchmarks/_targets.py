@@ -146,6 +146,15 @@ def _drain_autopilot(res: dict) -> tuple[str, float | None, bool] | None:
     return (f"{auto:.2f} s vs {best['elapsed_s']:.2f} s ({best['label']})", x, x <= 1.2)
 
 
+def _ephemeral_push(res: dict) -> tuple[str, float | None, bool] | None:
+    push = res.get("push") or {}
+    x = push.get("ratio")
+    if x is None:
+        return None
+    return (f"{push['ephemeral_msgs_per_s']:,.0f} msg/s, durable "
+            f"{push['durable_msgs_per_s']:,.0f}", x, x >= 5.0)
+
+
 TARGETS: list[tuple[str, str, Check]] = [
     ("push, 100 items per request >= 0.50 x raw", "push", _vs_raw(100, 0.50)),
     ("push, 1 item per request >= 0.50 x raw", "push", _vs_raw(1, 0.50)),
@@ -171,6 +180,8 @@ TARGETS: list[tuple[str, str, Check]] = [
      _vs_json("pop", "frames", 1.3)),
     ("consume() drain: autopilot time <= 1.2 x best hand-tuned (issue 26)", "client_paths",
      _drain_autopilot),
+    ("ephemeral push, 1 message per request >= 5 x durable push (issue 27)", "ephemeral",
+     _ephemeral_push),
 ]
 
 

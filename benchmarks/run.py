@@ -46,6 +46,7 @@ sys.path.insert(0, str(HERE.parent))
 import _loadgen as loadgen  # noqa: E402
 import bench_client_paths  # noqa: E402
 import bench_consume  # noqa: E402
+import bench_ephemeral  # noqa: E402
 import bench_herd  # noqa: E402
 import bench_outage  # noqa: E402
 import bench_outage_ha  # noqa: E402
@@ -63,13 +64,14 @@ from _targets import target_rows  # noqa: E402
 # One module per benchmark; each has NAME, add_arguments(parser), run(args, failures) (async,
 # returns the result written to the JSON) and summary_rows(result).  In the order they run.
 MODULES = (bench_push, bench_pop_ack, bench_wake, bench_wake_ha, bench_consume, bench_client_paths,
-           bench_outage, bench_outage_ha, bench_herd, scale_partitions, scale_fanout, scale_backlog)
+           bench_ephemeral, bench_outage, bench_outage_ha, bench_herd, scale_partitions,
+           scale_fanout, scale_backlog)
 BY_NAME = {m.NAME: m for m in MODULES}
 BENCHMARKS = tuple(BY_NAME)
 # The order of their options in --help (outage's before consume's, as it always was).
 OPTION_ORDER = (bench_push, bench_pop_ack, bench_wake, bench_wake_ha, bench_outage,
-                bench_outage_ha, bench_consume, bench_client_paths, bench_herd, scale_partitions,
-                scale_fanout, scale_backlog)
+                bench_outage_ha, bench_consume, bench_client_paths, bench_ephemeral, bench_herd,
+                scale_partitions, scale_fanout, scale_backlog)
 assert set(OPTION_ORDER) == set(MODULES), "every benchmark module in both lists"
 # --quick: smaller sizes for a shorter run (options given explicitly are kept)
 QUICK = {"backlog_messages": 1_000_000, "fanout_n": 10_000, "wake_tries": 100,

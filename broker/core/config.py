@@ -305,6 +305,9 @@ VARIABLES: list[Variable] = [
        "Serve /api/v1/migration/*, which make this broker connect to a PostgreSQL the caller "
        "names and copy the queen schema (every message) to it; off, they answer 404 "
        "migration_routes_off. Turn on for a migration window, with JWT_ENABLED=true.", _bool),
+    _v("EPHEMERAL_MAX_BYTES", "268435456", "bytes",
+       "RAM budget of all ephemeral queues' messages (payloads plus 128 bytes each); a push "
+       "past it answers 503 with Retry-After (docs/ephemeral.md).", _POSITIVE),
 ]
 
 
@@ -414,6 +417,7 @@ class Settings:
     jwt_skip_paths: tuple[str, ...]
     # Migration
     migration_routes: bool
+    ephemeral_max_bytes: int
 
     @property
     def embedded_pg(self) -> bool:

@@ -121,7 +121,8 @@ class Telemetry:
     # long_poll: attempts, timer_rechecks, shared_rechecks (a timer re-check
     # answered by another parked pop's check of the same cohort)
     pops: Counter = field(default_factory=Counter)
-    # ephemeral requests passed on to their queue's owner: forwarded, unreachable (503)
+    # ephemeral requests passed on to their queue's owner: forwarded, unreachable (503); and
+    # the changes of the brokers alive this broker saw (members), which move queues' owners
     ephemeral_forwards: Counter = field(default_factory=Counter)
     # pops that engaged autopilot, by the knob the broker chose (batch, partitions)
     autopilot: Counter = field(default_factory=Counter)
@@ -210,6 +211,7 @@ class Telemetry:
                 "messages": dict(self.messages), "stream_cycles": dict(self.stream_cycles),
                 "push_refused": {"max_size": 0, **self.push_refused},
                 "pops": dict(self.pops), "autopilot": dict(self.autopilot), "ops": dict(self.ops), "locks": dict(self.locks),
+                "ephemeral_forwards": dict(self.ephemeral_forwards),
                 "request_seconds_total": round(self.request_seconds_total, 6)}
 
 

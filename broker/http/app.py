@@ -2,6 +2,7 @@
 stops them after; maps errors to Queen's ``{"error": ...}`` envelope."""
 from __future__ import annotations
 
+import asyncio
 import time
 
 import httpx
@@ -11,6 +12,7 @@ from sanic.exceptions import BadURL, MethodNotAllowed, NotFound, SanicException
 from sanic.response import HTTPResponse
 
 from actors.batcher import Batcher
+from actors.ephemeral import EphemeralKeeper, EphemeralQueues
 from actors.hints import Hints
 from actors.hotlist import HotListActor
 from actors.leader_jobs import start_jobs
@@ -62,9 +64,11 @@ from broker.http.routes import (
 )
 from broker.http.types import BrokerApp
 from broker.service import drain as drain_service
+from broker.service import ephemeral as ephemeral_service
 from broker.service import push as push_service
 from broker.service import timers as timers_service
 from broker.service.context import BrokerContext
+from broker.service.ephemeral_ownership import watch_members
 from broker.service.gauges import gauges
 from broker.service.migration import Migration
 from broker.store import browse as browse_store
@@ -152,6 +156,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
         if blueprint is not pop.bp:
             answer_head_like_get(blueprint)
         app.blueprint(blueprint)
+
+    background: list[asyncio.Task[None]] = []  # tasks the app itself runs, stopped with it
 
     @app.before_server_start
     async def start(app: BrokerApp) -> None:
@@ -274,6 +280,17 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
         app.ctx.live = typed_proxy(LiveSeriesProxy, LiveSeries.start(
             telemetry.throughput_totals, lambda: browse_store.depths(store),
             depth_interval_s=settings.dashboard_depth_interval_ms / 1000).proxy())
+        # Ephemeral queues: RAM owned by one actor; their declarations read from PostgreSQL.
+        app.ctx.ephemeral = EphemeralQueues(settings.ephemeral_max_bytes)
+        EphemeralKeeper.start(app.ctx.ephemeral)
+        try:
+            await ephemeral_service.load_declared(app.ctx)
+        except (StoreUnavailable, StoreError) as exc:
+            logger.warning("ephemeral queues: declarations not read at start ({}); declared "
+                           "queues get the defaults until configured again", exc)
+        # With peers, each ephemeral queue has one owner among the brokers alive.
+        background.append(asyncio.get_running_loop().create_task(
+            watch_members(app.ctx), name="ephemeral-members"))
         jobs = await start_jobs(store=store, settings=settings, telemetry=telemetry,
                                 gauges=lambda: gauges(app.ctx))
         app.ctx.jobs = {name: typed_proxy(JobProxy, job) for name, job in jobs.items()}
@@ -286,6 +303,9 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
         if app.ctx.mesh is not None:
             await app.ctx.mesh.stop()
         await app.ctx.forward_client.aclose()
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
         await stop_all()
         await app.ctx.store.close()
 

@@ -90,6 +90,7 @@ ROUTE_LEVELS: list[tuple[frozenset[str] | None, str, int]] = [
     # READ_WRITE: the data path and the state-changing operator routes
     (frozenset({"POST"}), r"/api/v1/push", READ_WRITE),
     (frozenset({"GET"}), r"/api/v1/pop(/.*)?", READ_WRITE),
+    (frozenset({"GET"}), r"/api/v1/ephemeral/pop", READ_WRITE),  # a GET that takes messages
     (frozenset({"POST"}), r"/api/v1/ack(/batch)?", READ_WRITE),
     (frozenset({"POST"}), r"/api/v1/transaction", READ_WRITE),
     (frozenset({"POST"}), r"/streams/v1/state/get", READ_ONLY),

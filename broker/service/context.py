@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import httpx
     from pykka import ActorRef
 
+    from actors.ephemeral import EphemeralQueues
     from actors.hints import Hints
     from actors.mesh import Mesh
     from actors.pop_waiters import PopWaiterRegistry
@@ -74,3 +75,6 @@ class BrokerContext:
     timer_sweeper: TimerSweeperPort | None = None  # delivers due timers
     migration: Migration = None  # type: ignore[assignment]  # this process's copy state
     live: LiveSeriesPort = None  # type: ignore[assignment]  # throughput, depth history
+    # this broker's ephemeral queues, owned by the EphemeralKeeper actor (its methods never
+    # await: the data path calls them directly, actors/ephemeral/__init__.py)
+    ephemeral: EphemeralQueues = None  # type: ignore[assignment]

@@ -40,6 +40,8 @@ def all_results(**over: dict | None) -> dict[str, dict | None]:
         "fanout": {"results": [{"groups": g, "broker": fig(c, 90),
                                 "cpu_per_delivery_vs_1_group": c / 60}
                                for g, c in ((1, 60.0), (5, 62.0), (10, 66.0))]},
+        "ephemeral": {"push": {"ratio": 6.0, "ephemeral_msgs_per_s": 6000.0,
+                               "durable_msgs_per_s": 1000.0, "broker": fig(30, 70)}},
         "client_paths": {
             "push": [{"variant": v, "msgs_per_s": 1000.0 * r, "ratio_to_json": r,
                       "broker": fig(40, 80)} for v, r in (("json", 1.0), ("binary", 1.6),

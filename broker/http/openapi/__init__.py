@@ -16,6 +16,7 @@ from broker.http.openapi.builder import ANY, BOOL, ERROR, INT, NSTR, STR, Op, ar
 from broker.http.openapi.paths import (
     consumer_groups,
     dashboard,
+    ephemeral,
     messages,
     messaging,
     migration,
@@ -30,7 +31,7 @@ from broker.http.openapi.paths import (
 )
 
 GROUPS = (messaging, queues, messages, consumer_groups, traces, status, system, streams,
-          state, state_ops, migration, dashboard, supervision)
+          state, state_ops, migration, dashboard, supervision, ephemeral)
 
 COMPONENTS: dict[str, Any] = {
     "schemas": {

@@ -12,6 +12,7 @@ from broker.core.telemetry import telemetry
 from broker.core.times import parse_timestamp
 from broker.http.responses import args, error, json, read_json
 from broker.http.types import BrokerRequest
+from broker.http.wire import ephemeral as ephemeral_wire
 from broker.http.wire.common import q_int, q_str
 from broker.http.wire.dlq import dlq_page, retry_answer
 from broker.http.wire.health import health_answer, long_poll_figures, shared_state_answer
@@ -22,6 +23,7 @@ from broker.http.wire.queues import (
     queue_detail,
     queue_summary,
 )
+from broker.service import ephemeral as ephemeral_service
 from broker.service.drain import spool_stats
 from broker.service.push import wake_after_commit
 from broker.store.schema import schema_version
@@ -119,6 +121,7 @@ async def health(request: BrokerRequest):
               "schemaVersion": schema_version()}
     body = health_answer(ok, settings, server, broker.__version__, await shared_state(app),
                          await spool_stats(app.ctx))
+    body["ephemeral"] = ephemeral_wire.health_figures(ephemeral_service.figures(app.ctx))
     return json(body, status=200 if ok else 503)
 
 

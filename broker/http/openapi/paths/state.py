@@ -80,10 +80,11 @@ OPERATIONS = [
                query("prefix", "With mode=count: the key prefix to count under")), ok=MAP),
 ]
 
-_EPHEMERAL = _refusal("Always: `ephemeral_unsupported` (every message is kept in PostgreSQL)")
+_EPHEMERAL = _refusal("`ephemeral_unsupported`: not one of the eight ephemeral verbs "
+                      "(their routes: the Ephemeral group; docs/ephemeral.md)")
 for _route in ("/api/v1/ephemeral", "/api/v1/ephemeral/<rest:path>"):
     for _method in ("GET", "POST", "PUT", "DELETE", "PATCH"):
         OPERATIONS.append(op(
-            _method, _route, tag=TAG, summary="Ephemeral queues: unsupported on purpose",
+            _method, _route, tag=TAG, summary="Ephemeral queues: a path that is no verb",
             params=(path("rest", "Anything"),) if "rest" in _route else (),
             responses={404: _EPHEMERAL}, database=False))

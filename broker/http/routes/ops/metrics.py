@@ -20,6 +20,8 @@ from sanic.response import HTTPResponse
 from broker.core.telemetry import telemetry
 from broker.http.responses import json
 from broker.http.types import BrokerApp, BrokerRequest
+from broker.http.wire import ephemeral as ephemeral_wire
+from broker.service import ephemeral as ephemeral_service
 from broker.service import state_ops
 from broker.service.drain import spool_stats
 from broker.service.gauges import gauges
@@ -93,6 +95,7 @@ async def snapshot(app: BrokerApp) -> dict[str, Any]:
     snap: dict[str, Any] = {"gauges": gauges(app.ctx), "telemetry": telemetry.snapshot(),
                             "process": telemetry.process.figures(),
                             "pool_waiting": app.ctx.store.pool_waiting()}
+    snap["ephemeral"] = ephemeral_service.figures(app.ctx)
     try:
         snap["spool"] = await spool_stats(app.ctx)
     except Exception as exc:  # the spool actor stopped: report what we can
@@ -266,6 +269,17 @@ class SnapshotCollector:
                                           for r in streams if r["last_cycle_at"] is not None])
         if s.get("state") is not None:
             yield from state_families(s["state"], gauge, counter)
+        if s.get("ephemeral") is not None:
+            yield from ephemeral_wire.metric_families(s["ephemeral"], gauge, counter)
+        forwards = t.get("ephemeral_forwards", {})
+        yield counter("queen_ephemeral_forwarded_total",
+                      "Ephemeral requests passed on to the queue's owner, by outcome "
+                      "(forwarded; unreachable: answered 503)", ["outcome"],
+                      [(["forwarded"], forwards.get("forwarded", 0)),
+                       (["unreachable"], forwards.get("unreachable", 0))])
+        yield counter("queen_ephemeral_ownership_changes_total",
+                      "Changes of the brokers alive this broker saw: each may move ephemeral "
+                      "queues to a new, empty owner", [], [([], forwards.get("members", 0))])
         mesh = g.get("mesh")
         if mesh is not None:
             yield counter("queen_transport_messages", "Mesh frames by direction", ["dir"],
