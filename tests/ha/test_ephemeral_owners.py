@@ -196,3 +196,40 @@ def test_an_owner_that_cannot_be_reached_is_a_503_and_nothing_is_stored_here(
     assert r.json()["code"] == "ephemeral_owner_unreachable"
     assert r.headers["retry-after"] == "1"
     assert not any(q["queue"] == queue and q["messages"] for q in listed)
+
+
+async def test_conflation_and_supervision_hold_across_the_three_brokers(trio, queue_name):
+    """The other two parts of issue 27 keep their state in PostgreSQL, so any broker serves
+    them: a group's conflation policy stored through one broker applies through the others,
+    and a consumer's supervision status published through one is listed by another."""
+    a, b, c = trio
+    items = [{"queue": queue_name, "partition": "p", "payload": {"i": i}} for i in range(4)]
+    assert httpx.post(a.url + "/api/v1/push", json={"items": items}, timeout=10).status_code == 200
+    first = httpx.get(f"{b.url}/api/v1/pop/queue/{queue_name}", timeout=10, params={
+        "consumerGroup": "last", "conflation": "true", "wait": "false"}).json()
+    assert [m["data"]["i"] for m in first["messages"]] == [3] and first["conflation"] is True
+    later = httpx.get(f"{c.url}/api/v1/pop/queue/{queue_name}", timeout=10, params={
+        "consumerGroup": "last", "wait": "false"}).json()
+    assert later["conflation"] is True  # stored through b, applied through c
+    q = Queen(a.url)
+    stop = asyncio.Event()
+    try:
+        async def handler(message):
+            return None
+
+        consumer = asyncio.ensure_future(  # consume() answers an awaitable builder
+            q.queue(queue_name).group("supervised").batch(1).timeout_millis(500)
+            .supervision({"group": "trio-app"}).consume(handler, signal=stop))
+
+        def listed() -> list:
+            body = httpx.get(c.url + "/api/v1/status/supervision?group=trio-app",
+                             timeout=10).json()
+            return [i for g in body["groups"] for i in g["instances"]
+                    if i["status"] == "ok" and i["state"] == "running"]
+        await wait_until_async(lambda: asyncio.to_thread(listed), 30,
+                               "the consumer listed through another broker")
+    finally:
+        stop.set()
+        await asyncio.wait_for(consumer, 30)
+        with contextlib.redirect_stdout(io.StringIO()):
+            await q.close()
