@@ -15,8 +15,9 @@ import struct
 
 import httpx
 import pytest
+import ujson
 from queen import Queen
-from queen.http.push_binary import PushBatch, encode_push_frames
+from queen.http.push_binary import PushBatch, encode_push_binary, encode_push_frames
 
 from tests.integration.test_client_e2e import payloads, pop
 
@@ -86,6 +87,43 @@ async def test_a_damaged_binary_push_is_a_400_and_stores_nothing(base_url, queue
         assert r.status_code == 204 or not r.json().get("messages"), r.text
         r = await http.post("/api/v1/push", content=good, headers=BINARY)
         assert [x["status"] for x in r.json()] == ["queued", "queued"], r.text
+
+
+@pytest.mark.parametrize("encode", [encode_push_binary, encode_push_frames], ids=["QPB1", "frames"])
+async def test_a_binary_push_with_a_payload_postgresql_cannot_store_is_a_400_and_stores_nothing(
+        base_url, queue_name, encode):
+    """A \\u0000 escape, a lone surrogate, NaN, a number past a double: the whole push is refused
+    before PostgreSQL sees it, the good payloads beside it (a raw tab in a string, which ujson
+    reads and jsonb refuses as written) included."""
+    good = [b'{"n":1}', b'"a\tb"']
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        for hostile in (b'"a\\u0000b"', b'{"k\\u0000":1}', b'"\\ud800"', b'"\xed\xa0\x80"', b"NaN",
+                        b"[1,Infinity]", b"1e400"):
+            body = encode([PushBatch(queue_name, "p", [*good, hostile], ["t1", "t2", "t3"])])
+            r = await http.post("/api/v1/push", content=body, headers=BINARY)
+            assert 400 <= r.status_code < 500, (hostile, r.text)
+            assert "items[2].payload" in r.json()["error"], (hostile, r.text)
+        r = await http.get(f"/api/v1/pop/queue/{queue_name}", params={"wait": "false"})
+        assert r.status_code == 204 or not r.json().get("messages"), r.text
+
+
+@pytest.mark.parametrize("encode", [encode_push_binary, encode_push_frames], ids=["QPB1", "frames"])
+async def test_a_payload_jsonb_refuses_as_written_is_stored_as_ujson_read_it(
+        base_url, queue_name, encode):
+    """ujson reads all of these; PostgreSQL's jsonb refuses the first five as written (a raw
+    control character in a string, 01, 1., a bare -), which would fail the statement and queue
+    nothing. Each is stored as ujson read it (1e-400 as 0.0), as a JSON push would be."""
+    raws = [b'"a\tb"', b'"line\nbreak\x01"', b"01", b"1.", b"-",
+            b'{"a":1,"a":2}', b"\t[1,\r\n2]\n", b'"\\ud83d\\ude00"', b"1e-400"]
+    body = encode([PushBatch(queue_name, "p", raws, [f"t{i}" for i in range(len(raws))])])
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        r = await http.post("/api/v1/push", content=body, headers=BINARY)
+        assert r.status_code == 200 and [x["status"] for x in r.json()] == ["queued"] * len(raws), \
+            r.text
+    async with queen(base_url) as client:
+        got = await pop(client, queue_name, batch=len(raws), partition="p")
+    assert [g["transactionId"] for g in got] == [f"t{i}" for i in range(len(raws))]
+    assert payloads(got) == [ujson.loads(raw) for raw in raws]
 
 
 async def test_a_binary_transaction_acks_and_pushes_in_one_commit(binary_client, queue_name):
