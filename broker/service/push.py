@@ -23,7 +23,7 @@ from broker.store.db import PushRow, StoreUnavailable
 Outcome = Literal["stored", "buffered", "mixed", "full", "failed", "refused"]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: per item, like broker.core.domain.AckRow
 class ItemOutcome:
     """What became of one item. ``status``: PostgreSQL's verdict for an item it stored
     (``queued``, or ``duplicate`` of a transactionId it had), ``staged`` (in

@@ -235,7 +235,7 @@ def _connection_setup(server: ServerInUse):
     return init
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: per item, like broker.core.domain.AckRow
 class PushRow:
     """One item of a push, validated and ready to insert."""
     queue: str

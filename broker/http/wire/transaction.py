@@ -3,6 +3,7 @@ required leases, riders) and its answer, committed or rolled back."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from broker.core.domain import PushItem
@@ -57,7 +58,7 @@ def parse_transaction(body: Any, pushes: Sequence[PushItem] = ()
             row = parse_ack_item(op, parse_group(op.get("consumerGroup")), batch=False,
                                  handles=True)
             if row.lease_id is None and len(required) == 1:
-                row = row.__class__(**{**row.__dict__, "lease_id": required[0]})
+                row = replace(row, lease_id=required[0])
             flat.append(("ack", row))
         else:
             raise BadRequest(f"operations[{n}].type must be 'push' or 'ack', got {kind!r}")
