@@ -30,6 +30,16 @@ ENTRY_OVERHEAD = 128
 tuple, push time, list slot and string header come to ~115 bytes on CPython 3.11 (measured
 with tracemalloc), more while it is leased (the cursor's and the lease's entries)."""
 
+STRUCTURE_CHARGE = 512
+"""Bytes charged against the budget for each queue, ring (partition) and group cursor a
+caller brings into being: a pop of a made-up queue or group, or a push to a made-up partition,
+creates one, so names alone could otherwise fill memory that no message accounts for."""
+
+
+class MemoryFull(Exception):
+    """The budget (EPHEMERAL_MAX_BYTES) cannot take another queue, partition or group."""
+
+
 COUNTS = ("pushed", "popped", "acked", "rejected_full", "rejected_memory", "rejected_too_large",
           "dropped_retry_limit", "dropped_ttl", "dropped_length", "dropped_bytes",
           "dropped_reset", "dropped_moved")
@@ -47,8 +57,8 @@ class PushVerdict(NamedTuple):
 
 
 class Queue:
-    __slots__ = ("bytes", "counts", "declared", "groups", "messages", "name", "name_json",
-                 "options", "rings", "ttl_due", "turn")
+    __slots__ = ("bytes", "charged", "counts", "declared", "groups", "messages", "name",
+                 "name_json", "options", "rings", "ttl_due", "turn")
 
     def __init__(self, name: str, options: QueueOptions, declared: bool) -> None:
         self.name = name
@@ -62,6 +72,7 @@ class Queue:
         self.counts = dict.fromkeys(COUNTS, 0)
         self.ttl_due: float | None = None
         self.turn = 0
+        self.charged = 0  # STRUCTURE_CHARGE times its rings, groups and cursors, plus itself
 
 
 @dataclass
@@ -95,6 +106,7 @@ class EphemeralQueues:
         self.next_ring = 1
         self.messages = 0
         self.bytes = 0
+        self.structures = 0  # what queues, rings and cursors are charged (STRUCTURE_CHARGE)
         self.totals = dict.fromkeys(COUNTS, 0)
         self.gate = Gate()
         self.deadlines: list[tuple[float, int, int, Any]] = []
@@ -102,13 +114,32 @@ class EphemeralQueues:
         self.on_deadline: Callable[[float], None] | None = None
 
     # -- queues --------------------------------------------------------------------------
+    def used(self) -> int:
+        """Bytes charged against the budget: messages, their entries, the structures."""
+        return self.bytes + self.messages * ENTRY_OVERHEAD + self.structures
+
+    def _charge(self, q: Queue | None, units: int) -> int:
+        """Charge ``units`` structures (to ``q`` when it exists), or raise MemoryFull."""
+        amount = units * STRUCTURE_CHARGE
+        if self.used() + amount > self.budget:
+            raise MemoryFull(f"ephemeral memory budget of {self.budget} bytes "
+                             "(EPHEMERAL_MAX_BYTES) is used up: no room for another queue, "
+                             "partition or group; retry once consumers freed some")
+        self.structures += amount
+        if q is not None:
+            q.charged += amount
+        return amount
+
     def _queue(self, name: str) -> Queue:
         q = self.queues.get(name)
         if q is None:
+            charged = self._charge(None, 1)
             q = self.queues[name] = Queue(name, DEFAULTS, declared=False)
+            q.charged = charged
         return q
 
     def _ring(self, q: Queue, partition: str) -> Ring:
+        self._charge(q, 1 + len(q.groups))  # the ring and a cursor per known group
         ring = Ring(q.name, partition, ujson.dumps(partition, ensure_ascii=False,
                                                    escape_forward_slashes=False),
                     self.next_ring, self.incarnation)
@@ -118,10 +149,10 @@ class EphemeralQueues:
             ring.cursor(group)
         return ring
 
-    @staticmethod
-    def _join(q: Queue, group: str) -> None:
+    def _join(self, q: Queue, group: str) -> None:
         """A group the queue did not know: a cursor on every ring, at its oldest message.
         From now on no message of the queue is freed before this group is done with it."""
+        self._charge(q, 1 + len(q.rings))  # the group and its cursor on every ring
         q.groups[group] = None
         for ring in q.rings.values():
             ring.cursor(group)
@@ -147,9 +178,14 @@ class EphemeralQueues:
         return options
 
     def load(self, declared: Iterable[tuple[str, QueueOptions]]) -> int:
+        """Apply declarations; those the budget has no room for are left out (a later
+        configure or use brings them in, or answers memory full)."""
         n = 0
         for name, options in declared:
-            self.configure(name, options)
+            try:
+                self.configure(name, options)
+            except MemoryFull:
+                continue
             n += 1
         return n
 
@@ -172,12 +208,16 @@ class EphemeralQueues:
         if q is None:
             return False
         self._forget_rings(q)
+        self.structures -= q.charged
         return True
 
     def _forget_rings(self, q: Queue) -> None:
         for ring in q.rings.values():
             del self.rings[ring.no]
         q.rings = {}  # the groups stay known: their cursors restart on the next rings
+        kept = (1 + len(q.groups)) * STRUCTURE_CHARGE
+        self.structures -= q.charged - kept
+        q.charged = kept
         self._removed(q, q.messages, q.bytes)
         q.ttl_due = None
 
@@ -191,7 +231,12 @@ class EphemeralQueues:
         now = self.clock()
         if self.deadlines and self.deadlines[0][0] <= now:
             self._run_due(now)
-        q = self.queues.get(name) or self._queue(name)
+        try:  # a new queue or partition is charged too
+            q = self.queues.get(name) or self._queue(name)
+            ring = q.rings.get(partition) or self._ring(q, partition)
+        except MemoryFull as exc:
+            self.totals["rejected_memory"] += len(items)
+            return PushVerdict("memory", 0, str(exc))
         count = len(items)
         if nbytes is None:
             nbytes = sum(size for _text, size in items)
@@ -203,7 +248,7 @@ class EphemeralQueues:
                                f"queue {name!r} (maxLength {opts.max_length}, maxBytes "
                                f"{opts.max_bytes}); send fewer at a time")
         charge = nbytes + count * ENTRY_OVERHEAD
-        if self.bytes + self.messages * ENTRY_OVERHEAD + charge > self.budget:
+        if self.used() + charge > self.budget:
             self._count(q, "rejected_memory", count)
             return PushVerdict("memory", 0,
                                f"ephemeral memory budget of {self.budget} bytes "
@@ -221,7 +266,6 @@ class EphemeralQueues:
                 self._evict(q, "dropped_length")
             while q.bytes + nbytes > opts.max_bytes:
                 self._evict(q, "dropped_bytes")
-        ring = q.rings.get(partition) or self._ring(q, partition)
         ring.append([(text, size, now) for text, size in items], nbytes)
         q.messages += count
         q.bytes += nbytes
@@ -491,7 +535,7 @@ class EphemeralQueues:
         too), the budget, parked pops, and the counters since start."""
         return {"incarnation": self.incarnation, "queues": len(self.queues),
                 "messages": self.messages, "bytes": self.bytes,
-                "chargedBytes": self.bytes + self.messages * ENTRY_OVERHEAD,
+                "chargedBytes": self.used(),
                 "maxBytes": self.budget, "parkedPops": self.gate.count(),
                 "counts": dict(self.totals),
                 "byQueue": {name: (q.messages, q.bytes) for name, q in self.queues.items()}}

@@ -306,8 +306,9 @@ VARIABLES: list[Variable] = [
        "names and copy the queen schema (every message) to it; off, they answer 404 "
        "migration_routes_off. Turn on for a migration window, with JWT_ENABLED=true.", _bool),
     _v("EPHEMERAL_MAX_BYTES", "268435456", "bytes",
-       "RAM budget of all ephemeral queues' messages (payloads plus 128 bytes each); a push "
-       "past it answers 503 with Retry-After (docs/ephemeral.md).", _POSITIVE),
+       "RAM budget of all ephemeral queues: messages (payloads plus 128 bytes each) and 512 "
+       "bytes per queue, partition and group; past it a push, or a pop or configure that would "
+       "create one, answers 503 with Retry-After (docs/ephemeral.md).", _POSITIVE),
 ]
 
 

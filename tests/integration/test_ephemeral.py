@@ -306,7 +306,7 @@ async def test_buffered_push_flushes_through(client, base_url, queue_name):
 
 async def test_configuration_survives_a_restart_contents_and_ids_do_not(broker_factory,
                                                                       queue_name):
-    first = broker_factory(EPHEMERAL_MAX_BYTES="4096")
+    first = broker_factory(EPHEMERAL_MAX_BYTES="8192")
     async with queen(first.url) as client:
         eph = client.ephemeral
         await eph.configure(queue_name, max_length=9, lease_seconds=7)
@@ -315,11 +315,11 @@ async def test_configuration_survives_a_restart_contents_and_ids_do_not(broker_f
         held = await eph.pop(queue_name)
         async with httpx.AsyncClient(base_url=first.url) as http:  # the global budget: 503
             r = await http.post("/api/v1/ephemeral/push", json={
-                "queue": queue_name + "-big", "messages": [{"payload": "x" * 1000}] * 4})
+                "queue": queue_name + "-big", "messages": [{"payload": "x" * 2000}] * 4})
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
         assert r.json()["code"] == "ephemeral_memory_full"
     first.stop()
-    second = broker_factory(EPHEMERAL_MAX_BYTES="4096")
+    second = broker_factory(EPHEMERAL_MAX_BYTES="8192")
     async with queen(second.url) as client:
         eph = client.ephemeral
         figures = await eph.depth(queue_name)
@@ -396,3 +396,38 @@ def test_hostile_pop_queries_never_answer_5xx(http, params):
         params["timeout"] = "0"
     r = http.get("/api/v1/ephemeral/pop", params=params)
     assert r.status_code in (200, 400), (params, r.status_code, r.text)
+
+
+# -- names alone cannot fill memory ---------------------------------------------------------
+
+def test_made_up_queues_groups_and_partitions_are_charged_and_bounded(broker_factory):
+    """Every queue, partition and group a caller brings into being (a pop of a made-up name
+    creates one) is charged against EPHEMERAL_MAX_BYTES: past it they answer 503
+    ephemeral_memory_full, the charged bytes never pass the budget, and deleting the made-up
+    queues gives the room back."""
+    b = broker_factory(EPHEMERAL_MAX_BYTES="65536")
+    with httpx.Client(base_url=b.url, timeout=10) as http:
+        answers = [http.get("/api/v1/ephemeral/pop", params={"queue": f"junk-{n}",
+                                                             "group": f"g-{n}"})
+                   for n in range(200)]
+        statuses = {r.status_code for r in answers}
+        assert statuses == {200, 503}, statuses
+        refused = next(r for r in answers if r.status_code == 503)
+        assert refused.json()["code"] == "ephemeral_memory_full"
+        assert refused.headers["retry-after"] == "1"
+        groups = [http.get("/api/v1/ephemeral/pop", params={"queue": "junk-0",
+                                                            "group": f"more-{n}"})
+                  for n in range(50)]
+        assert groups[-1].status_code == 503
+        parts = http.post("/api/v1/ephemeral/push", json={
+            "queue": "junk-0", "partition": "new-partition", "messages": [{"payload": 1}]})
+        assert parts.status_code == 503
+        figures = http.get("/health").json()["ephemeral"]
+        assert figures["chargedBytes"] <= 65536
+        for r in answers:
+            if r.status_code == 200:
+                http.delete(f"/api/v1/ephemeral/queue/{r.json()['queue']}").raise_for_status()
+        again = http.post("/api/v1/ephemeral/push", json={"queue": "fresh",
+                                                          "messages": [{"payload": 1}]})
+        assert again.status_code == 200, again.text
+    b.stop()

@@ -10,7 +10,7 @@ import pytest
 
 from actors.ephemeral import EphemeralKeeper, EphemeralQueues, QueueOptions
 from actors.ephemeral.options import parse_patch
-from actors.ephemeral.queues import ENTRY_OVERHEAD
+from actors.ephemeral.queues import ENTRY_OVERHEAD, STRUCTURE_CHARGE, MemoryFull
 from actors.runtime import stop_all
 from broker.core.errors import BadRequest
 
@@ -148,14 +148,32 @@ async def test_max_bytes_and_a_push_that_can_never_fit(keeper):
 
 
 async def test_the_global_budget_refuses_pushes_past_it(clock):
-    queues = EphemeralQueues(2 * (ENTRY_OVERHEAD + 4), clock=clock)
+    # room for the queue, its group, its ring and the group's cursor, and two messages
+    queues = EphemeralQueues(4 * STRUCTURE_CHARGE + 2 * (ENTRY_OVERHEAD + 4), clock=clock)
     keeper = EphemeralKeeper.start(queues).proxy()
     try:
+        assert await keeper.take("a", G, None, 1, True) == []  # the queue and its group
         assert (await keeper.push("a", "p", msgs("1234", "5678"))).pushed == 2
-        verdict = await keeper.push("b", "p", msgs("9"))
+        verdict = await keeper.push("a", "p", msgs("9"))
         assert verdict.status == "memory" and "EPHEMERAL_MAX_BYTES" in verdict.detail
         await keeper.take("a", G, None, 1, True)
-        assert (await keeper.push("b", "p", msgs("9"))).pushed == 1
+        assert (await keeper.push("a", "p", msgs("9"))).pushed == 1
+        assert queues.used() <= queues.budget
+    finally:
+        await stop_all()
+
+
+async def test_made_up_names_are_charged_and_refused_past_the_budget(clock):
+    queues = EphemeralQueues(3 * STRUCTURE_CHARGE, clock=clock)
+    keeper = EphemeralKeeper.start(queues).proxy()
+    try:
+        assert await keeper.take("a", G, None, 1, False) == []  # queue + group: 2 charges
+        with pytest.raises(MemoryFull):
+            await keeper.take("b", G, None, 1, False)  # another queue and group: no room
+        assert (await keeper.push("a", "p", msgs("x"))).status == "memory"  # a new ring
+        assert await keeper.delete("a")
+        assert queues.used() == STRUCTURE_CHARGE  # b, created before its group found no room
+        assert await keeper.take("b", G, None, 1, False) == []
     finally:
         await stop_all()
 

@@ -13,6 +13,7 @@ import ujson
 from sanic import Blueprint
 from sanic.response import HTTPResponse
 
+from actors.ephemeral.queues import MemoryFull
 from broker.http.forward import at_owner
 from broker.http.responses import RETRY_AFTER_SECONDS, args, json, read_json
 from broker.http.types import BrokerRequest
@@ -50,7 +51,10 @@ async def pop(request: BrokerRequest):
     req = wire.parse_pop(query, queue, settings.default_batch_size, settings.default_timeout)
     if (owner := await at_owner(request, queue, req.timeout_ms if req.wait else 0)) is not None:
         return owner
-    taken = await service.pop(request.app.ctx, req)
+    try:
+        taken = await service.pop(request.app.ctx, req)
+    except MemoryFull as exc:  # a new queue or group finds no room
+        return _memory_full(exc)
     return HTTPResponse(wire.pop_body(queue_json, taken), content_type="application/json")
 
 
@@ -70,8 +74,11 @@ async def configure(request: BrokerRequest):
     if (owner := await at_owner(request, queue)) is not None:
         return owner
     knobs = wire.parse_configure(body)
-    return json(wire.configure_answer(queue, await service.configure(request.app.ctx, queue,
-                                                                     knobs)))
+    try:
+        options = await service.configure(request.app.ctx, queue, knobs)
+    except MemoryFull as exc:
+        return _memory_full(exc)
+    return json(wire.configure_answer(queue, options))
 
 
 @bp.post(f"{_PREFIX}/reset")
@@ -104,6 +111,11 @@ async def depth(request: BrokerRequest, queue: str):
     if figures is None:
         return json(wire.not_found(queue), 404)
     return json(wire.depth_answer(figures))
+
+
+def _memory_full(exc: MemoryFull) -> HTTPResponse:
+    """503 (Retry-After), the shape of a push refused for memory."""
+    return json({"error": wire.MEMORY, "code": wire.MEMORY, "detail": str(exc)}, 503)
 
 
 async def _unsupported(request: BrokerRequest, **_path: str):
