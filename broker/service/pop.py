@@ -229,10 +229,16 @@ async def _ensure_subscription(ctx: BrokerContext, req: PopRequest) -> None:
 
 async def _group_policy(ctx: BrokerContext, req: PopRequest) -> bool | None:
     """Whether the pop's group conflates on its queue (stored on the group's first pop of
-    the queue as it declared, then fixed; read once per broker); None in queue mode and for
-    discovery pops, which never declare (a stored policy still applies to them in SQL)."""
-    if req.group == QUEUE_MODE or req.queue is None:
+    the queue as it declared, then fixed; read once per broker); None in queue mode. A
+    discovery pop that declares conflation stores it on every matching queue without a policy
+    for the group and conflates when all of them do (read each time: queues come and go);
+    one that does not declare gets None (the stored policies still apply to it in SQL)."""
+    if req.group == QUEUE_MODE:
         return None
+    if req.queue is None:
+        if not req.conflation:
+            return None
+        return await ctx.store.group_policy_scope(req.namespace, req.task, req.group, True)
     key = (req.queue, req.group)
     policies = ctx.queue_cache.group_policies
     if key not in policies:

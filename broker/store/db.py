@@ -537,6 +537,15 @@ class Store:
         async with self.connection() as conn:
             return bool(await conn.fetchval(sql.GROUP_POLICY, queue, group, conflation))
 
+    async def group_policy_scope(self, namespace: str | None, task: str | None, group: str,
+                                 conflation: bool) -> bool:
+        """A discovery pop's declaration stored on every matching queue that has no policy
+        for the group; True when every matching queue's policy is ``conflation``."""
+        async with self.connection() as conn:
+            any_plain = await conn.fetchval(sql.GROUP_POLICY_SCOPE, namespace, task, group,
+                                            conflation)
+        return conflation and not any_plain
+
     async def partition_handles(self, ids: Sequence[Any]) -> dict[Any, int]:
         """The handles of partitions by id (asyncpg's UUIDs); a partition that no longer
         exists is absent. Read from PostgreSQL once per partition and kept: bounded by

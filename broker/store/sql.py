@@ -94,6 +94,25 @@ LIMIT 1
 """A group's conflation policy on a queue: stored on first contact as declared ($3), then
 what is stored (migration 0013)."""
 
+GROUP_POLICY_SCOPE = """
+WITH matched AS (
+    SELECT name FROM queen.queues
+    WHERE ($1::text IS NULL OR namespace = $1) AND ($2::text IS NULL OR task = $2)
+), stored AS (
+    INSERT INTO queen.group_policies (queue_name, consumer_group, conflation)
+    SELECT name, $3, $4 FROM matched
+    ON CONFLICT (queue_name, consumer_group) DO NOTHING
+    RETURNING conflation
+)
+SELECT coalesce(bool_or(NOT p.conflation), false) AS any_plain
+FROM (SELECT conflation FROM stored
+      UNION ALL
+      SELECT gp.conflation FROM queen.group_policies gp JOIN matched m ON m.name = gp.queue_name
+      WHERE gp.consumer_group = $3) AS p
+"""
+"""A discovery pop's declaration ($4) stored for group $3 on every queue of namespace $1 /
+task $2 that has none; whether any of them is stored as not conflating (migration 0013)."""
+
 PARTITION_HANDLES = "SELECT id, handle FROM queen.partitions WHERE id = ANY($1::uuid[])"
 """The u64 handles of partitions (migration 0012), by id."""
 

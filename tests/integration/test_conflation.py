@@ -141,9 +141,29 @@ async def test_conflation_is_refused_where_it_cannot_apply(base_url, queue_name)
                          ("conflation=true&consumerGroup=g&autoAck=true", "autoAck")):
         answer = raw_pop(base_url, queue_name, query)
         assert answer.status_code == 400 and words in answer.json()["error"], answer.text
-    discovery = httpx.get(f"{base_url}/api/v1/pop?namespace=x&consumerGroup=g&conflation=true",
-                          timeout=10)
-    assert discovery.status_code == 400 and "queue" in discovery.json()["error"]
+
+
+async def test_a_discovery_pop_declares_conflation_on_every_queue_it_matches(
+        base_url, queue_name):
+    namespace = "ns" + queue_name.replace("-", "")
+    queues = [f"{namespace}.one", f"{namespace}.two"]
+    for q in queues:
+        httpx.post(base_url + "/api/v1/push", timeout=10, json={"items": [
+            {"queue": q, "partition": "p", "payload": {"q": q, "i": i}} for i in range(3)]}
+        ).raise_for_status()
+    found = httpx.get(f"{base_url}/api/v1/pop", timeout=10, params={
+        "namespace": namespace, "consumerGroup": "g", "conflation": "true", "batch": "10",
+        "partitions": "10", "wait": "false"}).json()
+    assert found["conflation"] is True
+    assert sorted((m["data"]["q"], m["data"]["i"]) for m in found["messages"]) == [
+        (queues[0], 2), (queues[1], 2)]
+    # a group already stored as plain on one of them: the declaration conflicts
+    httpx.get(f"{base_url}/api/v1/pop/queue/{queues[0]}", timeout=10,
+              params={"consumerGroup": "plain", "wait": "false"}).raise_for_status()
+    mixed = httpx.get(f"{base_url}/api/v1/pop", timeout=10, params={
+        "namespace": namespace, "consumerGroup": "plain", "conflation": "true",
+        "wait": "false"}).json()
+    assert mixed.get("conflationConflict") is True and "conflation" not in mixed
 
 
 async def test_the_depth_of_a_conflating_group_counts_work_per_partition(

@@ -32,8 +32,6 @@ def parse_pop(args: Mapping[str, Any], *, queue: str | None, partition: str | No
     if conflation:  # a policy of a named group on one queue (§5.8)
         if group == QUEUE_MODE:
             raise BadRequest("conflation needs a consumerGroup: it is a consumer group's policy")
-        if queue is None:
-            raise BadRequest("conflation needs a queue: pop /api/v1/pop/queue/{queue}")
         if auto_ack:
             raise BadRequest("conflation and autoAck exclude each other")
     mode = q_str(args, "subscriptionMode") or default_subscription_mode
