@@ -176,17 +176,24 @@ def queue_name() -> str:
     return f"test-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture
-async def client(base_url):
-    """The official Python client (queen-mq) on the shared broker; its close
-    prints a line, kept out of the test output."""
+@contextlib.asynccontextmanager
+async def official_client(url: str, **options):
+    """The official Python client (queen-mq) on ``url``, closed after; its close prints a
+    line, kept out of the test output."""
     from queen import Queen
-    q = Queen(base_url)
+    q = Queen(url, **options)
     try:
         yield q
     finally:
         with contextlib.redirect_stdout(io.StringIO()):
             await q.close()
+
+
+@pytest.fixture
+async def client(base_url):
+    """The official client on the shared broker."""
+    async with official_client(base_url) as q:
+        yield q
 
 
 @pytest.fixture

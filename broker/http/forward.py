@@ -24,7 +24,7 @@ FORWARDED_BY = "x-queen-forwarded-by"
 forwards it."""
 
 _PASSED_ON = ("content-type", "authorization")
-_KEPT = ("content-type", "retry-after")
+_KEPT = ("retry-after",)  # with the content type, passed on its own
 _SLACK_S = 5.0  # past a long poll's own timeout, so the owner's answer comes first
 _UNREACHABLE_LINES = Throttle(60.0)
 
@@ -66,6 +66,6 @@ async def at_owner(request: BrokerRequest, queue: str, wait_ms: int = 0) -> HTTP
                      "code": "ephemeral_owner_unreachable"}, status=503)
     telemetry.ephemeral_forwards["forwarded"] += 1
     return HTTPResponse(answer.content, status=answer.status_code,
-                        headers={name: answer.headers[name] for name in _KEPT[1:]
+                        headers={name: answer.headers[name] for name in _KEPT
                                  if name in answer.headers},
                         content_type=answer.headers.get("content-type"))

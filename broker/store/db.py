@@ -579,13 +579,17 @@ class Store:
 
     async def ack(self, rows: Sequence[AckRow], *, failed_to_dlq: bool = False,
                   conn: asyncpg.Connection | None = None) -> list[asyncpg.Record]:
-        """Apply acknowledgements; returns one row per item, in input order."""
+        """Apply acknowledgements; returns one row per item, in input order. A partition may
+        be named by its handle (a decimal number, never a UUID's form); only a batch that
+        holds one pays for resolving them in SQL."""
+        statement = (sql.ACK_BY_REF if any(len(r.partition_id) <= 20 and r.partition_id.isdigit()
+                                           for r in rows) else sql.ACK)
         if conn is not None:
             with _mapped_errors():
-                result = await conn.fetch(sql.ACK, *self._ack_args(rows), failed_to_dlq)
+                result = await conn.fetch(statement, *self._ack_args(rows), failed_to_dlq)
         else:
             async with self.connection() as c:
-                result = await c.fetch(sql.ACK, *self._ack_args(rows), failed_to_dlq)
+                result = await c.fetch(statement, *self._ack_args(rows), failed_to_dlq)
         return sorted(result, key=lambda r: r["idx"])
 
     async def ensure_subscription(self, *, group: str, queue: str, partition: str,

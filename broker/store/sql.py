@@ -128,12 +128,15 @@ LIMIT $3
 """Partitions of a queue with something beyond a group's cursor (or no cursor
 yet): the hot-list's cold start and periodic reseed."""
 
-ACK = """
+ACK = "SELECT * FROM queen.ack_messages_v3($1, $2, $3, $4, $5, $6, $7, $8)"
+"""Apply acknowledgements (parallel arrays); one row per item. A failed ack that sends a
+batch back holds the partition for that group for the queue's retryDelay."""
+
+ACK_BY_REF = """
 SELECT * FROM queen.ack_messages_v3($1, $2, queen.partition_refs($3::text[]), $4, $5, $6, $7, $8)
 """
-"""Apply acknowledgements (parallel arrays); one row per item. A failed ack that sends a
-batch back holds the partition for that group for the queue's retryDelay. A partition is
-named by its UUID or its handle (a framed pop's; queen.partition_refs)."""
+"""ACK for a batch in which some partition is named by its handle (a framed pop's), not its
+UUID: queen.partition_refs resolves them in the statement (migration 0012)."""
 
 ENSURE_SUBSCRIPTION = """
 INSERT INTO queen.consumer_groups_metadata

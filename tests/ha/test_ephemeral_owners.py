@@ -22,7 +22,7 @@ from queen import Queen
 
 from actors.mesh.frames import HEARTBEAT
 from broker.service.ownership import owner_of
-from tests.conftest import free_port
+from tests.conftest import free_port, official_client
 from tests.ha.test_mesh_auth import RawPeer
 from tests.ha.test_mesh_brokers import all_connected, mesh_env, start_cluster, transport
 from tests.waiting import wait_until, wait_until_async
@@ -53,13 +53,9 @@ def metric(url: str, name: str) -> float:
 
 @contextlib.asynccontextmanager
 async def clients(*urls: str):
-    qs = [Queen(u) for u in urls]
-    try:
-        yield [q.ephemeral for q in qs]
-    finally:
-        with contextlib.redirect_stdout(io.StringIO()):
-            for q in qs:
-                await q.close()
+    """The official client's ephemeral surface on each broker."""
+    async with contextlib.AsyncExitStack() as stack:
+        yield [(await stack.enter_async_context(official_client(u))).ephemeral for u in urls]
 
 
 @pytest.fixture(scope="module")

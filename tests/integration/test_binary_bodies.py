@@ -9,32 +9,20 @@ order it added the operations; a damaged body is a 400 and stores nothing.
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import struct
 
 import httpx
 import pytest
 import ujson
-from queen import Queen
 from queen.http.push_binary import PushBatch, encode_push_binary, encode_push_frames
 
+from tests.conftest import official_client
 from tests.integration.test_client_e2e import payloads, pop
-
-
-@contextlib.asynccontextmanager
-async def queen(base_url: str, **options):
-    q = Queen(base_url, **options)
-    try:
-        yield q
-    finally:
-        with contextlib.redirect_stdout(io.StringIO()):
-            await q.close()
 
 
 @pytest.fixture
 async def binary_client(base_url):
-    async with queen(base_url, binary_push=True, push_compression=True) as q:
+    async with official_client(base_url, binary_push=True, push_compression=True) as q:
         yield q
 
 
@@ -45,7 +33,7 @@ BINARY = {"Content-Type": "application/x-queen-push"}
 async def test_a_binary_push_stores_what_a_json_push_would(base_url, queue_name, compression):
     """Payload types, chosen and minted transaction ids, per-partition order and dedup, as
     the official client sends them with binary_push (and push_compression)."""
-    async with queen(base_url, binary_push=True, push_compression=compression) as client:
+    async with official_client(base_url, binary_push=True, push_compression=compression) as client:
         sent = [{"transactionId": "t-1", "data": {"n": 1}},
                 {"transactionId": "t-2", "data": [1, "two", None, 3.5]},
                 {"data": "no id: the broker or the client mints one"},
@@ -120,7 +108,7 @@ async def test_a_payload_jsonb_refuses_as_written_is_stored_as_ujson_read_it(
         r = await http.post("/api/v1/push", content=body, headers=BINARY)
         assert r.status_code == 200 and [x["status"] for x in r.json()] == ["queued"] * len(raws), \
             r.text
-    async with queen(base_url) as client:
+    async with official_client(base_url) as client:
         got = await pop(client, queue_name, batch=len(raws), partition="p")
     assert [g["transactionId"] for g in got] == [f"t{i}" for i in range(len(raws))]
     assert payloads(got) == [ujson.loads(raw) for raw in raws]
@@ -182,7 +170,7 @@ async def test_a_damaged_binary_transaction_is_a_400_and_stores_nothing(base_url
 async def test_the_clients_buffered_binary_producer_flushes_through(base_url, queue_name):
     """queue(...).buffer(...).push(...) with binary_push: the buffered batches go out as QPB1
     bodies when flushed, and every message arrives once, in order."""
-    async with queen(base_url, binary_push=True, push_compression=True) as client:
+    async with official_client(base_url, binary_push=True, push_compression=True) as client:
         q = client.queue(queue_name).partition("b").buffer(
             {"message_count": 50, "time_millis": 60_000})
         for n in range(120):

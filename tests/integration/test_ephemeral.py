@@ -16,19 +16,10 @@ from hypothesis import strategies as st
 from queen import Queen
 from queen.errors import EphemeralError, EphemeralQueueNotFoundError
 
+from tests.conftest import official_client
 from tests.waiting import wait_until, wait_until_async
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@contextlib.asynccontextmanager
-async def queen(url: str):
-    client = Queen(url)
-    try:
-        yield client
-    finally:
-        with contextlib.redirect_stdout(io.StringIO()):
-            await client.close()
 
 
 def payloads(result: dict) -> list:
@@ -297,7 +288,7 @@ async def test_buffered_push_flushes_through(client, base_url, queue_name):
     await eph.push(queue_name, ["on close"], partition="p", buffered=True)
     with contextlib.redirect_stdout(io.StringIO()):
         await client.close()  # drains what is buffered
-    async with queen(base_url) as other:
+    async with official_client(base_url) as other:
         got = await other.ephemeral.pop(queue_name, partition="p", commit_on_delivery=True)
     assert payloads(got) == ["on close"]
 
@@ -307,7 +298,7 @@ async def test_buffered_push_flushes_through(client, base_url, queue_name):
 async def test_configuration_survives_a_restart_contents_and_ids_do_not(broker_factory,
                                                                       queue_name):
     first = broker_factory(EPHEMERAL_MAX_BYTES="8192")
-    async with queen(first.url) as client:
+    async with official_client(first.url) as client:
         eph = client.ephemeral
         await eph.configure(queue_name, max_length=9, lease_seconds=7)
         await eph.push(queue_name, ["before"])
@@ -320,7 +311,7 @@ async def test_configuration_survives_a_restart_contents_and_ids_do_not(broker_f
         assert r.json()["code"] == "ephemeral_memory_full"
     first.stop()
     second = broker_factory(EPHEMERAL_MAX_BYTES="8192")
-    async with queen(second.url) as client:
+    async with official_client(second.url) as client:
         eph = client.ephemeral
         figures = await eph.depth(queue_name)
         assert figures["declared"] and figures["messages"] == 0

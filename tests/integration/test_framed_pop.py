@@ -9,16 +9,14 @@ handle no partition has is a "not found" verdict, never a 500; a malformed one i
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import uuid
 
 import asyncpg
 import httpx
 import pytest
-from queen import Queen
 from queen.http.pop_frames import decode_pop_frames, is_pop_frames
 
+from tests.conftest import official_client
 from tests.integration.streams_worker import pipeline
 from tests.integration.test_client_e2e import configure, expect_empty, pop, push
 from tests.integration.test_streams_sdk import SINK_SQL, feed, make_events, windows_of
@@ -27,19 +25,9 @@ from tests.waiting import wait_until_async
 pytestmark = pytest.mark.timeout(60)
 
 
-@contextlib.asynccontextmanager
-async def queen(base_url: str, **options):
-    q = Queen(base_url, **options)
-    try:
-        yield q
-    finally:
-        with contextlib.redirect_stdout(io.StringIO()):
-            await q.close()
-
-
 @pytest.fixture
 async def framed(base_url):
-    async with queen(base_url, framed_pop=True) as q:
+    async with official_client(base_url, framed_pop=True) as q:
         yield q
 
 
@@ -193,7 +181,7 @@ async def test_a_stream_whose_client_pops_framed_commits_its_cycles_by_handle(
         return bool(consumed) and len(await conn.fetch(SINK_SQL, sink)) >= len(expected)
 
     try:
-        async with queen(base_url, framed_pop=True) as q:
+        async with official_client(base_url, framed_pop=True) as q:
             runner = await pipeline(q, source, sink).run(query_id=query, url=base_url,
                                                          batch_size=5, max_partitions=1,
                                                          max_wait_millis=100)
