@@ -123,26 +123,59 @@ def launch_broker(database: Database, tmp: Path, *, cwd: str | Path = ROOT,
     return BrokerProcess(f"http://127.0.0.1:{port}", port, env, proc, log_path)
 
 
-@pytest.fixture(scope="session")
-def broker_factory(database, tmp_path_factory):
-    """Start extra brokers with their own environment; all stopped at session end."""
+def stop_brokers(brokers: list[BrokerProcess]) -> None:
+    """Stop ``brokers`` together: every one is told first, then each is waited for."""
+    for b in brokers:
+        if b.proc.poll() is None:
+            b.proc.terminate()
+    for b in brokers:
+        b.stop()
+
+
+@contextlib.contextmanager
+def _brokers_until_exit(database: Database, tmp: Path):
     started: list[BrokerProcess] = []
-    tmp = tmp_path_factory.mktemp("brokers")
 
     def make(**env: str) -> BrokerProcess:
         b = start_broker(database, tmp, **env)
         started.append(b)
         return b
 
-    yield make
-    for b in started:
-        b.stop()
+    try:
+        yield make
+    finally:
+        stop_brokers(started)
+
+
+# Three factories, one per lifetime: a broker lives as long as the fixture that started it.
+# An idle broker still runs its loops (timer sweeps, reconcile, heartbeats, jobs) and holds
+# connections, so brokers kept to the session's end once piled up by the dozen and slowed
+# every later test on a 2-core machine.
+@pytest.fixture
+def broker_factory(database, tmp_path_factory):
+    """Start brokers with their own environment for one test; stopped when it ends."""
+    with _brokers_until_exit(database, tmp_path_factory.mktemp("brokers")) as make:
+        yield make
+
+
+@pytest.fixture(scope="module")
+def module_broker_factory(database, tmp_path_factory):
+    """Start brokers shared by one module's tests; stopped when the module is done."""
+    with _brokers_until_exit(database, tmp_path_factory.mktemp("brokers")) as make:
+        yield make
 
 
 @pytest.fixture(scope="session")
-def broker(broker_factory) -> BrokerProcess:
+def session_broker_factory(database, tmp_path_factory):
+    """The brokers shared by the whole session (``broker``, ``slow_timer_broker``)."""
+    with _brokers_until_exit(database, tmp_path_factory.mktemp("brokers")) as make:
+        yield make
+
+
+@pytest.fixture(scope="session")
+def broker(session_broker_factory) -> BrokerProcess:
     """The shared broker most tests use (encryption key set, defaults otherwise)."""
-    return broker_factory(QUEEN_ENCRYPTION_KEY="11" * 32)
+    return session_broker_factory(QUEEN_ENCRYPTION_KEY="11" * 32)
 
 
 # The re-check timer of slow_timer_broker's parked pops: 8 s. A parked pop it answers much
@@ -154,9 +187,9 @@ WAKE_BOUND_S = 3.0
 
 
 @pytest.fixture(scope="session")
-def slow_timer_broker(broker_factory) -> BrokerProcess:
+def slow_timer_broker(session_broker_factory) -> BrokerProcess:
     """A broker whose backoff timer alone would take SLOW_TIMER_MS to re-check a parked pop."""
-    return broker_factory(POP_WAIT_INITIAL_INTERVAL_MS=str(SLOW_TIMER_MS),
+    return session_broker_factory(POP_WAIT_INITIAL_INTERVAL_MS=str(SLOW_TIMER_MS),
                           POP_WAIT_MAX_INTERVAL_MS=str(SLOW_TIMER_MS))
 
 

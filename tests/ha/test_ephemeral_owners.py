@@ -59,8 +59,8 @@ async def clients(*urls: str):
 
 
 @pytest.fixture(scope="module")
-def trio(broker_factory):
-    brokers = start_cluster(broker_factory, 3)
+def trio(module_broker_factory):
+    brokers = start_cluster(module_broker_factory, 3)
     for b in brokers:
         wait_until(lambda b=b: all_connected(b.url, 2) and len(members(b.url)) == 3,
                    what=f"three members seen by {b.url}")

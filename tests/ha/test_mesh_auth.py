@@ -285,13 +285,13 @@ def test_replaying_what_a_sent_b_changes_nothing_on_b(fresh_database, tmp_path, 
 
 
 @pytest.fixture(scope="module")
-def lone(broker_factory):
+def lone(module_broker_factory):
     """A broker whose mesh is active (one peer that never answers); its flags start off.
 
     Nothing here ever flips a flag for real, so the shared database is safe to use.
     """
-    return broker_factory(**mesh_env("queen-lone", free_port(), [free_port()],
-                                     QUEEN_SYNC_DEAD_THRESHOLD_MS="1500"))
+    return module_broker_factory(**mesh_env("queen-lone", free_port(), [free_port()],
+                                            QUEEN_SYNC_DEAD_THRESHOLD_MS="1500"))
 
 
 def test_altered_and_stale_hellos_are_refused(lone):

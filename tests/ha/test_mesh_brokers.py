@@ -47,9 +47,9 @@ def all_connected(url: str, peers: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def pair(broker_factory):
+def pair(module_broker_factory):
     """Two meshed brokers whose backoff timer alone would take 8 s to re-check."""
-    a, b = start_cluster(broker_factory, 2, **SLOW_TIMER)
+    a, b = start_cluster(module_broker_factory, 2, **SLOW_TIMER)
     for x in (a, b):
         wait_until(lambda x=x: all_connected(x.url, 1), what=f"mesh up on {x.url}")
     return a, b

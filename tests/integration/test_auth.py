@@ -95,8 +95,8 @@ def pop_all(client: httpx.Client, queue: str, headers: dict) -> dict:
 # -- fixtures --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def hs_broker(broker_factory):
-    return broker_factory(JWT_ENABLED="true", JWT_ALGORITHM="HS256", JWT_SECRET=SECRET,
+def hs_broker(module_broker_factory):
+    return module_broker_factory(JWT_ENABLED="true", JWT_ALGORITHM="HS256", JWT_SECRET=SECRET,
                           JWT_ISSUER=ISSUER, JWT_AUDIENCE=AUDIENCE)
 
 
@@ -113,8 +113,8 @@ def rsa_keys():
 
 
 @pytest.fixture(scope="module")
-def rs_pem_broker(broker_factory, rsa_keys):
-    return broker_factory(JWT_ENABLED="true", JWT_ALGORITHM="RS256",
+def rs_pem_broker(module_broker_factory, rsa_keys):
+    return module_broker_factory(JWT_ENABLED="true", JWT_ALGORITHM="RS256",
                           JWT_PUBLIC_KEY=public_pem(rsa_keys["pem"]))
 
 
@@ -169,8 +169,8 @@ def jwks(rsa_keys):
 
 
 @pytest.fixture(scope="module")
-def jwks_broker(broker_factory, jwks):
-    return broker_factory(JWT_ENABLED="true", JWT_ALGORITHM="RS256", JWT_JWKS_URL=jwks.url)
+def jwks_broker(module_broker_factory, jwks):
+    return module_broker_factory(JWT_ENABLED="true", JWT_ALGORITHM="RS256", JWT_JWKS_URL=jwks.url)
 
 
 @pytest.fixture(scope="module")
@@ -179,8 +179,8 @@ def ed_key():
 
 
 @pytest.fixture(scope="module")
-def auto_broker(broker_factory, ed_key):
-    return broker_factory(JWT_ENABLED="true", JWT_ALGORITHM="auto", JWT_SECRET=SECRET,
+def auto_broker(module_broker_factory, ed_key):
+    return module_broker_factory(JWT_ENABLED="true", JWT_ALGORITHM="auto", JWT_SECRET=SECRET,
                           JWT_PUBLIC_KEY=public_pem(ed_key), JWT_ROLES_CLAIM="scope",
                           JWT_ROLES_ARRAY_CLAIM="groups", JWT_ROLE_READ_WRITE="writer")
 

@@ -29,9 +29,9 @@ ROUTES = [("POST", "/api/v1/migration/test-connection"), ("POST", "/api/v1/migra
 
 
 @pytest.fixture(scope="module")
-def migration_http(broker_factory):
+def migration_http(module_broker_factory):
     """A broker with the migration routes on."""
-    with httpx.Client(base_url=broker_factory(**ON).url, timeout=60) as client:
+    with httpx.Client(base_url=module_broker_factory(**ON).url, timeout=60) as client:
         yield client
 
 

@@ -219,8 +219,8 @@ def test_a_150000_item_push_is_a_413_and_stores_nothing(http, database, queue_na
 
 
 @pytest.fixture(scope="module")
-def small_limit_broker(broker_factory):
-    return broker_factory(PUSH_MAX_ITEMS_PER_REQUEST="5")
+def small_limit_broker(module_broker_factory):
+    return module_broker_factory(PUSH_MAX_ITEMS_PER_REQUEST="5")
 
 
 def test_push_and_transaction_item_limit_is_inclusive(small_limit_broker, database, queue_name):

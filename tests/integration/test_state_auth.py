@@ -12,8 +12,8 @@ pytestmark = pytest.mark.timeout(90)
 
 
 @pytest.fixture(scope="module")
-def jwt_broker(broker_factory):
-    return broker_factory(JWT_ENABLED="true", JWT_ALGORITHM="HS256", JWT_SECRET=SECRET,
+def jwt_broker(module_broker_factory):
+    return module_broker_factory(JWT_ENABLED="true", JWT_ALGORITHM="HS256", JWT_SECRET=SECRET,
                           JWT_ISSUER=ISSUER, JWT_AUDIENCE=AUDIENCE)
 
 
