@@ -89,7 +89,7 @@ class Waiter:
     the pop is busy re-checking is not lost.
     """
 
-    __slots__ = ("busy", "cohort", "event", "hints", "key", "partition", "queue")
+    __slots__ = ("busy", "closing", "cohort", "event", "hints", "key", "partition", "queue")
 
     def __init__(self, queue: str | None, partition: str | None = None,
                  scope: Hashable = ()) -> None:
@@ -100,6 +100,7 @@ class Waiter:
         self.hints: list[str] = []
         self.busy = False  # running an attempt
         self.cohort: Cohort | None = None  # set by the registry when it registers
+        self.closing = False  # the broker is stopping: answer now, as at the deadline
 
     def hint(self, partition: str | None) -> None:
         if self.queue is None or not partition or partition in self.hints:
@@ -118,8 +119,12 @@ class PopWaiterRegistry(AsyncioActor):
         # queue name (None = the "any push" gate) -> cohort key -> cohort
         self._queues: dict[str | None, dict[Hashable, Cohort]] = {}
         self.counters: Counter[str] = Counter()  # woken, passed_on
+        self._closed = False
 
     def register(self, waiter: Waiter) -> None:
+        if self._closed:
+            waiter.closing = True
+            waiter.event.set()
         cohorts = self._queues.setdefault(waiter.queue, {})
         cohort = cohorts.get(waiter.key)
         if cohort is None:
@@ -198,6 +203,21 @@ class PopWaiterRegistry(AsyncioActor):
         del cohort.waiters[chosen]
         cohort.waiters[chosen] = None
         return True
+
+    def close(self) -> int:
+        """The broker is stopping: every parked pop (and any that parks from now on) is
+        woken to answer what it has, as at its deadline, so the HTTP server's graceful
+        stop does not wait out long polls (it would, up to its timeout, then drop them
+        unanswered). Returns how many were parked."""
+        self._closed = True
+        parked = 0
+        for cohorts in self._queues.values():
+            for cohort in cohorts.values():
+                for waiter in cohort.waiters:
+                    waiter.closing = True
+                    waiter.event.set()
+                    parked += 1
+        return parked
 
     def parked_count(self) -> int:
         return sum(len(c.waiters) for cohorts in self._queues.values() for c in cohorts.values())

@@ -43,6 +43,7 @@ class PopWaitersProxy:
     parked_count = proxied(PopWaiterRegistry.parked_count)
     stats = proxied(PopWaiterRegistry.stats)
     wake_stats = proxied(PopWaiterRegistry.wake_stats)
+    close = proxied(PopWaiterRegistry.close)
 
 
 class HotListProxy:

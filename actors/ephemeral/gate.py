@@ -25,11 +25,28 @@ class Gate:
     def __init__(self) -> None:
         self.parked: dict[str, dict[str, deque[Waiter]]] = {}
         self.woken = 0
+        self.closed = False  # the broker is stopping: nothing waits any more
 
     def park(self, queue: str, group: str, partition: str | None) -> Waiter:
         waiter = Waiter(asyncio.get_running_loop().create_future(), group, partition)
+        if self.closed:
+            waiter.future.set_result(None)
         self.parked.setdefault(queue, {}).setdefault(group, deque()).append(waiter)
         return waiter
+
+    def close(self) -> int:
+        """The broker is stopping: wake every parked pop (and any that parks from now on),
+        so each answers what there is at once (service/ephemeral.py) instead of holding
+        the HTTP server's graceful stop. Answers how many were parked."""
+        self.closed = True
+        parked = 0
+        for groups in self.parked.values():
+            for line in groups.values():
+                for waiter in line:
+                    parked += 1
+                    if not waiter.future.done():
+                        waiter.future.set_result(None)
+        return parked
 
     def unpark(self, queue: str, waiter: Waiter) -> None:
         groups = self.parked.get(queue)

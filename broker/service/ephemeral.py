@@ -85,6 +85,8 @@ async def pop(ctx: BrokerContext, req: EphemeralPop) -> list[Delivery]:
         finally:
             rings.unpark(q, waiter)
         now = time.monotonic()
+        if rings.gate.closed:  # the broker is stopping: answer as at the deadline
+            deadline = now
 
 
 def ack(ctx: BrokerContext, queue: str, group: str,

@@ -161,6 +161,8 @@ async def long_poll(
                 interval = max(0.0, due - now)
                 since = due  # a check before the lease ended proves nothing
             woken = await _wait_for_wake(waiter.event, min(interval, remaining))
+            if waiter.closing:  # the broker is stopping (PopWaiterRegistry.close)
+                return result
             if woken:
                 # Clear before draining, so a wake during the next attempt
                 # makes the following wait return at once.

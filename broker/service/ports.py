@@ -43,6 +43,8 @@ class PopWaitersPort(Protocol):
 
     def wake_stats(self) -> Awaitable[dict[str, int]]: ...
 
+    def close(self) -> Awaitable[int]: ...
+
 
 class HotListPort(Protocol):
     """actors.hotlist.HotListActor: the candidate partitions of wildcard pops."""

@@ -78,3 +78,31 @@ async def test_long_poll_deadline_answers_empty(broker, queue_name):
     assert r.status_code == 200
     assert r.json()["messages"] == [] and r.json()["leaseId"] is None
     assert elapsed >= 0.6
+
+
+async def test_a_stopping_broker_answers_its_parked_pops_and_exits(broker_factory, queue_name):
+    """SIGTERM with long polls parked (a durable pop and an ephemeral one, each with a
+    minute left): both are answered as at their deadline (the same empty answer) instead
+    of holding the stop for Sanic's graceful timeout and then being cut off unanswered,
+    and the broker exits cleanly while their clients still wait."""
+    b = broker_factory()
+    durable = (f"/api/v1/pop/queue/{queue_name}", {"wait": "true"})
+    ephemeral = ("/api/v1/ephemeral/pop", {"queue": queue_name, "wait": "true"})
+    async with httpx.AsyncClient(base_url=b.url, timeout=90) as client:
+        expected = [(await client.get(path, params={**params, "timeout": "100"}))
+                    for path, params in (durable, ephemeral)]
+        pops = [asyncio.create_task(client.get(path, params={**params, "timeout": "60000"}))
+                for path, params in (durable, ephemeral)]
+
+        async def both_parked() -> bool:
+            health = (await client.get("/health")).json()
+            return (health["shared_state"]["parkedPops"], health["ephemeral"]["parkedPops"]) \
+                == (1, 1)
+        await wait_until_async(both_parked, 10, "one durable and one ephemeral pop parked")
+        b.proc.terminate()
+        answers = await asyncio.wait_for(asyncio.gather(*pops), 45)
+        exit_code = await asyncio.to_thread(b.proc.wait, 45)
+    assert [(a.status_code, a.json()) for a in answers] == \
+        [(e.status_code, e.json()) for e in expected]
+    assert exit_code == 0
+    assert "2 parked long poll(s) answered empty" in b.log()

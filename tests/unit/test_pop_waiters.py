@@ -487,3 +487,21 @@ async def test_a_lease_end_answered_by_the_cohort_is_not_rechecked_again(registr
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_close_answers_parked_polls_and_later_ones_without_a_look(registry):
+    """A stopping broker (PopWaiterRegistry.close): a parked poll returns its last (empty)
+    result without another look, and a poll that parks afterwards returns at once; both
+    had two minutes and an 8-second timer left."""
+    attempt = FakeAttempt()
+    parked = asyncio.create_task(
+        long_poll(registry, "q", attempt, time.monotonic() + 120, **SLOW_TIMER))
+    await wait_parked(registry, 1)
+    assert await registry.proxy().close() == 1
+    assert await asyncio.wait_for(parked, 10) == []
+    assert attempt.calls == [[]]  # the first look only: closing is no reason to look
+    late = FakeAttempt()
+    assert await asyncio.wait_for(
+        long_poll(registry, "q", late, time.monotonic() + 120, **SLOW_TIMER), 10) == []
+    assert late.calls == [[]]
+    await wait_parked(registry, 0)
