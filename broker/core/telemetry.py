@@ -16,6 +16,7 @@ import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 from prometheus_client import Histogram
@@ -139,6 +140,9 @@ class Telemetry:
     db_waiting: int = 0
     # latency histograms (rendered by /metrics/prometheus)
     request_duration: Histogram = field(default_factory=request_duration_histogram)
+    # request_duration's child per route, looked up once (labels() takes a lock and builds
+    # a key on every call); routes are the app's route names and "unrouted": a fixed set
+    route_durations: dict[str, Any] = field(default_factory=dict)
     cycle_duration: Histogram = field(default_factory=cycle_duration_histogram)
     # /metrics' rates: requests, messages pushed, messages processed (per second)
     requests_rate: RateMeter = field(default_factory=RateMeter)
@@ -148,7 +152,10 @@ class Telemetry:
 
     def observe(self, route: str, seconds: float) -> None:
         self.request_seconds_total += seconds
-        self.request_duration.labels(route).observe(seconds)
+        child = self.route_durations.get(route)
+        if child is None:
+            child = self.route_durations[route] = self.request_duration.labels(route)
+        child.observe(seconds)
 
     def stream_cycle_committed(self, seconds: float) -> None:
         """A committed cycle and how long its statement took (pool wait included)."""

@@ -5,6 +5,7 @@ from typing import Any
 
 import ujson
 from sanic import Request
+from sanic.helpers import has_message_body
 from sanic.response import HTTPResponse
 
 from broker.core.errors import BadRequest
@@ -22,9 +23,49 @@ RETRY_AFTER_SECONDS = 1
 _RETRY_AFTER = {"Retry-After": str(RETRY_AFTER_SECONDS)}
 
 
+# Header names whose values come from a small fixed set (this module's constants, Sanic's
+# own "keep-alive"/"close" and "", the compression middleware's two encodings): their
+# encoded (name, value) pairs are kept, so a response does not sanitise and encode the
+# same constant bytes again. Any other header takes Sanic's path, uncached, so the cache
+# cannot grow with what requests bring.
+_CONSTANT_NAMES = frozenset({
+    "content-type", "connection", "alt-svc", "vary", "content-encoding", "Retry-After",
+    *CORS_HEADERS, "Access-Control-Max-Age"})
+_ENCODED: dict[tuple[str, Any], tuple[bytes, bytes]] = {}
+
+
+class LeanResponse(HTTPResponse):
+    """Sanic's HTTPResponse with the header encoding of constant values done once.
+
+    Sanic sanitises and encodes every header of every response (``processed_headers``):
+    ~25 µs of a small answer on this project's hot paths, for values that never change.
+    The bytes written are the same (tests/unit/test_responses.py compares them)."""
+
+    __slots__ = ()
+
+    @property
+    def processed_headers(self):  # a list where Sanic builds a generator: both iterate
+        if has_message_body(self.status):
+            self.headers.setdefault("content-type", self.content_type)
+        out = []
+        sanitize = self._sanitize_header_value
+        for name, value in self.headers.items():
+            if name == "content-length" and value.__class__ is int:  # set by Sanic
+                out.append((b"content-length", b"%d" % value))
+                continue
+            pair = _ENCODED.get((name, value))
+            if pair is None:
+                pair = (sanitize(name).encode("ascii"),
+                        sanitize(f"{value}").encode(errors="surrogateescape"))
+                if name in _CONSTANT_NAMES and len(_ENCODED) < 256:
+                    _ENCODED[(name, value)] = pair
+            out.append(pair)
+        return out
+
+
 def json(body: Any, status: int = 200) -> HTTPResponse:
     """A JSON answer; a 503 carries Retry-After, whichever route gives it."""
-    return HTTPResponse(
+    return LeanResponse(
         ujson.dumps(body, escape_forward_slashes=False, ensure_ascii=False),
         status=status,
         headers=_RETRY_AFTER if status == 503 else None,
