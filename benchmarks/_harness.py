@@ -84,7 +84,8 @@ def start_database() -> Database:
 
 
 class Broker:
-    def __init__(self, database: Database, **env_overrides: str) -> None:
+    def __init__(self, database: Database, *, root: Path | None = None,
+                 **env_overrides: str) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="qbench-broker", dir="/tmp"))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -93,9 +94,10 @@ class Broker:
                "QUEEN_MESH_PEERS": "", **env_overrides}
         self.log_path = self.tmp / "broker.log"
         self._log = open(self.log_path, "wb")
-        # BENCH_BROKER_ROOT: run the broker from another checkout (e.g. to compare two
-        # revisions with the same benchmark script); ``-m`` imports from the working directory.
-        root = Path(os.environ.get("BENCH_BROKER_ROOT") or ROOT)
+        # ``root`` or BENCH_BROKER_ROOT: run the broker from another checkout (e.g. to compare
+        # two revisions with the same benchmark script); ``-m`` imports from the working
+        # directory.
+        root = root or Path(os.environ.get("BENCH_BROKER_ROOT") or ROOT)
         self.proc = subprocess.Popen([sys.executable, "-m", "broker"], cwd=root, env=env,
                                      stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
