@@ -180,7 +180,12 @@ VARIABLES: list[Variable] = [
     _v("PUSH_MAX_ITEMS_PER_REQUEST", "10000", "int",
        "Most items one push or transaction may carry (a transaction counts its pushed items "
        "and its acks); more get 413 and nothing is stored.", _POSITIVE),
-    _v("PUSH_MAX_CONCURRENT", "8", "int", "Concurrent push round trips per broker.", _POSITIVE),
+    _v("PUSH_MAX_CONCURRENT", "2", "int",
+       "Concurrent push round trips per broker; pushes arriving meanwhile fold into the next "
+       "one. Fewer, larger round trips cost less CPU per push: on 2 cores shared with "
+       "PostgreSQL, 2 against 8 gave 1.47x the msg/s of 1-item pushes at 0.72x the broker "
+       "CPU (benchmarks/README.md); raise it when PostgreSQL has many cores of its own.",
+       _POSITIVE),
     _v("ACK_MAX_BATCH_ITEMS", "1000", "int",
        "Most acks folded into one SQL round trip.", _POSITIVE),
     _v("ACK_MAX_CONCURRENT", "8", "int", "Concurrent ack round trips per broker.", _POSITIVE),
