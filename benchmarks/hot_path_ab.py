@@ -13,9 +13,17 @@ baseline of the same rows (``_loadgen.raw_push`` / ``raw_pop_ack`` on ``bench_ra
 push and pop benchmarks do). Both brokers see the same machine, database and load generator,
 so their ratio is what one change is worth, even on a noisy machine.
 
+Each round also runs the "store" floor (``_store_floor.py``): the same rows through the
+broker's own store layer (``Store.push``, ``Store.pop`` + ``Store.ack``: the same SQL functions
+and argument encoding) called from the load generator, with no HTTP, services, actors or
+folding. "raw" is a plain INSERT / SELECT + DELETE on one table: it bounds what PostgreSQL
+could do without the broker's guarantees; "store" bounds what this broker could do with them.
+
 Printed per workload (medians over ``--rounds``): msg/s of each broker, after ÷ before,
 after ÷ raw, each broker's CPU per 1,000 messages (from /proc) and, for pushes, the request
-p50/p99. Exit 1 when a phase saw an error (a push not queued, an ack refused).
+p50/p99; then the store floor's msg/s, each broker ÷ store, and the store layer's own client
+CPU per 1,000 messages (this process's, so the share of a broker's CPU that is asyncpg and the
+store). Exit 1 when a phase saw an error (a push not queued, an ack refused).
 """
 from __future__ import annotations
 
@@ -33,6 +41,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import _loadgen as loadgen  # noqa: E402
+import _store_floor as floor  # noqa: E402
 from _harness import ROOT, Broker, BrokerMeter, start_database  # noqa: E402
 from _loadgen import (  # noqa: E402
     RAW_INSERT_MANY,
@@ -103,6 +112,25 @@ async def raw_phase(pool, workload: str, n: int, args: argparse.Namespace) -> Ph
                           f"raw {workload}")
 
 
+async def store_phase(store, broker: Broker, workload: str, n: int,
+                      args: argparse.Namespace) -> Phase:
+    """The same rows through the broker's store layer, called from this process (the
+    "store" column: the broker's own SQL, no HTTP, no services, no actors, no folding)."""
+    rows = Rows(n, args.partitions)
+    queue = f"ab-store-{workload}-{uuid.uuid4().hex[:8]}"
+    if workload == "popack100":
+        fill = await http_push(broker.url, queue, rows, 100, args.concurrency, 120,
+                               "store prefill")
+        if fill.done != n:
+            fill.error(f"prefill queued {fill.done}/{n}")
+            return fill
+        return await floor.store_pop_ack(store, queue, n, 100, args.concurrency,
+                                         args.max_seconds, f"store {workload}")
+    batch = 1 if workload == "push1" else 100
+    return await floor.store_push(store, rows, queue, batch, args.concurrency,
+                                  args.max_seconds, f"store {workload}")
+
+
 async def main(args: argparse.Namespace) -> int:
     import asyncpg
     loadgen.set_client(args.client)
@@ -119,6 +147,7 @@ async def main(args: argparse.Namespace) -> int:
         pool = await asyncpg.create_pool(db.dsn, min_size=args.concurrency,
                                          max_size=args.concurrency)
         await pool.execute(RAW_TABLE)
+        store = await floor.open_store(db.dsn, args.concurrency)
         for name, b in brokers.items():  # warm caches and pool connections off the clock
             await http_push(b.url, f"ab-warm-{name}", Rows(400, args.partitions), 1,
                             args.concurrency, 30, "warm-up")
@@ -132,10 +161,15 @@ async def main(args: argparse.Namespace) -> int:
                     got.setdefault((workload, name), []).append(p)
                     log(f"{p.label}: {fmt_rate(p.rate)} msg/s, broker CPU "
                         f"{p.broker and p.broker['broker_cpu_ms_per_1000']} ms/1k")
+                p = await store_phase(store, brokers["after"], workload, sizes[workload], args)
+                got.setdefault((workload, "store"), []).append(p)
+                log(f"store {workload} r{rnd}: {fmt_rate(p.rate)} msg/s, store CPU "
+                    f"{p.broker and p.broker['store_cpu_ms_per_1000']} ms/1k")
                 p = await raw_phase(pool, workload, sizes[workload], args)
                 got.setdefault((workload, "raw"), []).append(p)
                 log(f"raw {workload} r{rnd}: {fmt_rate(p.rate)} msg/s")
         await pool.close()
+        await store.close()
         for phases in got.values():
             errors += [f"{p.label}: {p.errors} errors ({p.first_error})" for p in phases
                        if p.errors]
@@ -154,9 +188,8 @@ def print_table(got: dict[tuple[str, str], list[Phase]], workloads: list[str]) -
     def rate(w: str, who: str) -> float | None:
         return median([p.rate or 0.0 for p in got[(w, who)]])
 
-    def cpu(w: str, who: str) -> float | None:
-        return median([p.broker["broker_cpu_ms_per_1000"] or 0.0 for p in got[(w, who)]
-                       if p.broker])
+    def cpu(w: str, who: str, key: str = "broker_cpu_ms_per_1000") -> float | None:
+        return median([p.broker[key] or 0.0 for p in got[(w, who)] if p.broker])
 
     def tails(w: str, who: str) -> str:
         lat = [x for p in got[(w, who)] for x in p.latencies_ms]
@@ -164,17 +197,24 @@ def print_table(got: dict[tuple[str, str], list[Phase]], workloads: list[str]) -
             return "-"
         return f"{percentile(lat, 50):.1f} / {percentile(lat, 99):.1f}"
 
-    rows = []
+    rows, floors = [], []
     for w in workloads:
-        b, a, r = rate(w, "before"), rate(w, "after"), rate(w, "raw")
+        b, a, s, r = rate(w, "before"), rate(w, "after"), rate(w, "store"), rate(w, "raw")
         cb, ca = cpu(w, "before"), cpu(w, "after")
+        cs = cpu(w, "store", "store_cpu_ms_per_1000")
         rows.append([w, fmt_rate(b), fmt_rate(a), f"{ratio(a, b):.2f}", fmt_rate(r),
                      f"{ratio(b, r):.2f}", f"{ratio(a, r):.2f}",
                      f"{cb:.1f}", f"{ca:.1f}", f"{ratio(ca, cb):.2f}",
                      tails(w, "before"), tails(w, "after")])
+        floors.append([w, fmt_rate(s), f"{ratio(b, s):.2f}", f"{ratio(a, s):.2f}",
+                       f"{cs:.1f}", tails(w, "store")])
     print(table(["workload", "before msg/s", "after msg/s", "after/before", "raw msg/s",
                  "before/raw", "after/raw", "before CPU ms/1k", "after CPU ms/1k",
                  "CPU after/before", "before p50/p99 ms", "after p50/p99 ms"], rows))
+    print("The broker's own SQL, called through its store layer from the load generator "
+          "(no HTTP, services, actors or folding):")
+    print(table(["workload", "store msg/s", "before/store", "after/store",
+                 "store client CPU ms/1k", "store p50/p99 ms"], floors))
 
 
 def env_pairs(pairs: list[str]) -> dict[str, str]:
