@@ -73,6 +73,12 @@ def json(body: Any, status: int = 200) -> HTTPResponse:
     )
 
 
+def json_text(text: str, status: int = 200) -> HTTPResponse:
+    """A JSON answer already written as text (see wire/pop.py's pop_answer)."""
+    return LeanResponse(text, status=status, headers=_RETRY_AFTER if status == 503 else None,
+                        content_type="application/json")
+
+
 def error(message: str, status: int) -> HTTPResponse:
     return json({"error": message}, status=status)
 

@@ -29,12 +29,12 @@ _WAITING_LINES = Throttle(60.0)
 @dataclass(frozen=True)
 class Popped:
     """The messages one claim took, in claim order: PostgreSQL's rows (kind ``msg``,
-    grouped by partition) with each row's payload decrypted, under ``lease_id`` (``""``
-    when auto-acked: no lease to renew or ack under). A framed pop's payloads are JSON
-    texts, and ``handles`` maps its partitions' ids to their handles (None when they could
-    not be read: the answer is then JSON)."""
+    grouped by partition) with each row's payload as JSON text (decrypted), under
+    ``lease_id`` (``""`` when auto-acked: no lease to renew or ack under). For a framed
+    pop, ``handles`` maps its partitions' ids to their handles (None when they could not
+    be read: the answer is then JSON)."""
     rows: list
-    payloads: list[Any]
+    payloads: list[str]
     lease_id: str
     handles: dict[Any, int] | None = None
 
@@ -102,26 +102,21 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> PopResult:
 
 async def _with_handles(ctx: BrokerContext, req: PopRequest, popped: Popped | None
                         ) -> Popped | None:
-    """A framed pop's messages with their partitions' handles, or (handles None, payloads
-    as values) the messages for a JSON answer: the claim has committed, so when the
-    handles cannot be read the messages still go out."""
+    """A framed pop's messages with their partitions' handles, or (handles None) the
+    messages for a JSON answer: the claim has committed, so when the handles cannot be
+    read the messages still go out."""
     if popped is None or not req.frames:
         return popped
     if len({r["queue_name"] for r in popped.rows}) > 1:
-        return _as_values(popped)  # a discovery pop across queues: a frame names one queue
+        return popped  # a discovery pop across queues: a frame names one queue
     try:
         ids = list(dict.fromkeys(r["partition_id"] for r in popped.rows))
         handles = await ctx.store.partition_handles(ids)
     except StoreUnavailable:
-        return _as_values(popped)
+        return popped
     if len(handles) < len(ids):  # a partition deleted since the claim
-        return _as_values(popped)
+        return popped
     return replace(popped, handles=handles)
-
-
-def _as_values(popped: Popped) -> Popped:
-    """A framed pop's messages for the JSON answer: the payload texts as values."""
-    return replace(popped, payloads=[ujson.loads(text) for text in popped.payloads])
 
 
 def _count(req: PopRequest, popped: Popped | None) -> None:
@@ -209,7 +204,7 @@ class _Attempts:
         if not messages:
             self.empty = rows[-1]["kind"] if rows and rows[-1]["kind"] != "verdict" else "empty"
             return None
-        return _popped(ctx, messages, "" if req.auto_ack else self.lease_id, req.frames)
+        return _popped(ctx, messages, "" if req.auto_ack else self.lease_id)
 
 
 async def _ensure_subscription(ctx: BrokerContext, req: PopRequest) -> None:
@@ -351,7 +346,9 @@ def _claim_args(req: PopRequest, lease_id: str) -> dict[str, Any]:
     return dict(queue=req.queue, partition=req.partition, namespace=req.namespace,
                 task=req.task, group=req.group, batch=req.batch,
                 max_partitions=req.max_partitions, auto_ack=req.auto_ack, lease_id=lease_id,
-                payload_text=req.frames)
+                # Payloads as PostgreSQL's JSON text: both answers (JSON and QPF1) put the
+                # text in as it is, never decoding and encoding it again.
+                payload_text=True)
 
 
 def _took(req: PopRequest, rows: list) -> tuple[list[str], int, float | None, bool] | None:
@@ -403,17 +400,16 @@ async def _paused_pop(req: PopRequest) -> PopResult:
     return PopResult(None, "paused", sizing)
 
 
-def _popped(ctx: BrokerContext, rows: list, lease_id: str, texts: bool) -> Popped:
-    """The claimed rows with their payloads decrypted, counted as delivered; ``texts``:
-    the rows hold each payload's JSON text, and the payloads stay texts."""
+def _popped(ctx: BrokerContext, rows: list, lease_id: str) -> Popped:
+    """The claimed rows with their payloads' JSON texts (decrypted), counted as
+    delivered."""
     cipher = ctx.cipher
     payloads = []
     for row in rows:
         data = row["payload"]
         if row["is_encrypted"] and cipher is not None:
-            data = cipher.decrypt(ujson.loads(data) if texts else data)
-            if texts:
-                data = ujson.dumps(data, ensure_ascii=False, escape_forward_slashes=False)
+            data = ujson.dumps(cipher.decrypt(ujson.loads(data)), ensure_ascii=False,
+                               escape_forward_slashes=False)
         payloads.append(data)
     telemetry.messages["popped"] += len(rows)
     by_queue: dict[str, list] = {}

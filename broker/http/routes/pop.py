@@ -4,7 +4,7 @@ from __future__ import annotations
 from sanic import Blueprint
 from sanic.response import HTTPResponse
 
-from broker.http.responses import args, json
+from broker.http.responses import args, json_text
 from broker.http.types import BrokerRequest
 from broker.http.wire import pop_frames
 from broker.http.wire.pop import own_keys, parse_pop, pop_answer
@@ -40,4 +40,4 @@ async def _pop(request: BrokerRequest, queue: str | None, partition: str | None)
         framed = pop_frames.framed_answer(req, result, own_keys(req, result))
         if framed is not None:
             return HTTPResponse(framed, content_type=pop_frames.CONTENT_TYPE)
-    return json(pop_answer(req, result))
+    return json_text(pop_answer(req, result))

@@ -6,6 +6,8 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+import ujson
+
 from broker.core.config import subscription_starts_new
 from broker.core.domain import QUEUE_MODE, PopRequest
 from broker.core.errors import BadRequest
@@ -87,32 +89,62 @@ def _count(args: Mapping[str, Any], name: str, default: int, least: int, most: i
     return value
 
 
-def pop_message(row: Mapping[str, Any], data: Any, group: str, lease_id: str,
-                partition_id: str | None = None) -> dict:
-    """One popped message; ``partition_id``: the row's, already a string (a pop's
-    messages share few partitions, so the caller converts each once)."""
-    return {
-        "id": str(row["message_id"]),
-        "transactionId": row["transaction_id"],
-        "traceId": str(row["trace_id"]) if row["trace_id"] else None,
-        "data": data,
-        "producerSub": row["producer_sub"],
-        "createdAt": iso_micro(row["created_at"]),
-        "queue": row["queue_name"],
-        "partition": row["partition_name"],
-        "partitionId": partition_id or str(row["partition_id"]),
-        "leaseId": lease_id,
-        "consumerGroup": group,
-        "retryCount": row["retry_count"] or 0,
+def _json(value: Any) -> str:
+    """A value as JSON, spelled as every JSON answer spells it (responses.json)."""
+    return ujson.dumps(value, ensure_ascii=False, escape_forward_slashes=False)
+
+
+def pop_answer(req: PopRequest, result: PopResult) -> str:
+    """The answer to a pop, as JSON text: the messages it took, or why it took none (§5.4);
+    with the sizing echoed when the pop engaged autopilot (§5.8)."""
+    keys = own_keys(req, result)
+    if result.popped is None:
+        answer = _empty(req, result)
+        answer.update(keys)
+        return _json(answer)
+    popped = result.popped
+    first = popped.rows[0]
+    head, messages, partitions = _messages(req, popped)
+    envelope = {
+        "success": True,
+        "queue": first["queue_name"],
+        "partition": first["partition_name"],
+        "partitionId": head,
+        "leaseId": popped.lease_id,
+        "consumerGroup": req.group,
+        "partitionsClaimed": partitions,
+        **keys,
     }
+    # The messages go in as text: each payload is PostgreSQL's JSON text of it, spliced
+    # in as it is instead of being decoded and encoded again (and, for the rest of a
+    # message, the strings a pop's messages share are encoded once).
+    return _json(envelope)[:-1] + ',"messages":[' + ",".join(messages) + "]}"
 
 
-def pop_answer(req: PopRequest, result: PopResult) -> dict:
-    """The answer to a pop: the messages it took, or why it took none (§5.4); with the
-    sizing echoed when the pop engaged autopilot (§5.8)."""
-    answer = _answer(req, result)
-    answer.update(own_keys(req, result))
-    return answer
+def _messages(req: PopRequest, popped: Popped) -> tuple[str, list[str], int]:
+    """Each message of a pop as JSON text (§5.3), the first message's partition id, and how
+    many partitions the messages come from (the rows come grouped by partition)."""
+    group, lease = _json(req.group), _json(popped.lease_id)
+    out = []
+    partitions = 0
+    last: Any = None
+    queue = partition = partition_id = head = ""
+    for row, data in zip(popped.rows, popped.payloads):
+        if partitions == 0 or row["partition_id"] != last:
+            partitions += 1
+            last = row["partition_id"]
+            queue, partition = _json(row["queue_name"]), _json(row["partition_name"])
+            partition_id = str(last)
+            head = head or partition_id
+        trace = row["trace_id"]
+        trace_id = "null" if trace is None else f'"{trace}"'  # a UUID: nothing to escape
+        out.append(
+            f'{{"id":"{row["message_id"]}","transactionId":{_json(row["transaction_id"])},'
+            f'"traceId":{trace_id},"data":{data},"producerSub":{_json(row["producer_sub"])},'
+            f'"createdAt":{_json(iso_micro(row["created_at"]))},"queue":{queue},'
+            f'"partition":{partition},"partitionId":"{partition_id}","leaseId":{lease},'
+            f'"consumerGroup":{group},"retryCount":{int(row["retry_count"] or 0)}}}')
+    return head, out, partitions
 
 
 def own_keys(req: PopRequest, result: PopResult) -> dict:
@@ -133,9 +165,7 @@ def own_keys(req: PopRequest, result: PopResult) -> dict:
     return keys
 
 
-def _answer(req: PopRequest, result: PopResult) -> dict:
-    if result.popped is not None:
-        return _found(req, result.popped)
+def _empty(req: PopRequest, result: PopResult) -> dict:
     if result.empty == "paused":  # pop maintenance
         return {"messages": [], "paused": True}
     if req.wait:  # the deadline passed
@@ -148,28 +178,3 @@ def _answer(req: PopRequest, result: PopResult) -> dict:
                 "windowBufferActive": True}
     reason = {"empty": "no_available_partition"}.get(result.empty, result.empty)
     return {"success": False, "error": reason, "messages": []}
-
-
-def _found(req: PopRequest, popped: Popped) -> dict:
-    messages = []
-    partitions = 0
-    last: Any = None
-    partition_id = ""
-    for row, data in zip(popped.rows, popped.payloads):
-        # The rows come grouped by partition: one string per partition, not per message.
-        if partitions == 0 or last != row["partition_id"]:
-            partitions += 1
-            last = row["partition_id"]
-            partition_id = str(last)
-        messages.append(pop_message(row, data, req.group, popped.lease_id, partition_id))
-    first = popped.rows[0]
-    return {
-        "success": True,
-        "queue": first["queue_name"],
-        "partition": first["partition_name"],
-        "partitionId": str(first["partition_id"]),
-        "leaseId": popped.lease_id,
-        "consumerGroup": req.group,
-        "partitionsClaimed": partitions,
-        "messages": messages,
-    }

@@ -48,7 +48,8 @@ _MICROSECOND = dt.timedelta(microseconds=1)
 
 def framed_answer(req: PopRequest, result: PopResult, own: dict[str, Any]) -> bytes | None:
     """The QPF1 bytes of a framed pop that found messages, or None: answer JSON instead
-    (the service left the payloads as values: see service/pop.py's _with_handles). ``own``: the JSON answer's keys besides its messages (the autopilot echo)."""
+    (the service found no partition handles: see service/pop.py's _with_handles). ``own``:
+    the JSON answer's keys besides its messages (the autopilot echo)."""
     popped = result.popped
     if popped is None or popped.handles is None:
         return None
