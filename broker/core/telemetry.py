@@ -10,7 +10,6 @@ percent is measured between two readings).
 """
 from __future__ import annotations
 
-import datetime as dt
 import os
 import time
 from collections import Counter, defaultdict, deque
@@ -179,10 +178,11 @@ class Telemetry:
         if queue is not None:
             self.queues.setdefault(queue, defaultdict(float))[name] += n
 
-    def delivered(self, queue: str, created: Iterable[dt.datetime]) -> None:
-        """Messages of ``queue`` handed out by a pop: count and lag (now − createdAt)."""
-        now = dt.datetime.now(dt.UTC)
-        lags = [max(0.0, (now - c).total_seconds() * 1000) for c in created]
+    def delivered(self, queue: str, created_us: Iterable[int]) -> None:
+        """Messages of ``queue`` handed out by a pop: count and lag (now − createdAt);
+        ``created_us``: their creation times in microseconds since the Unix epoch."""
+        now_us = time.time_ns() // 1000
+        lags = [max(0.0, (now_us - c) / 1000) for c in created_us]
         self.count(queue, "pop_messages", len(lags))
         self.count(queue, "lag_count", len(lags))
         self.count(queue, "lag_sum_ms", sum(lags))

@@ -345,10 +345,7 @@ async def claim(ctx: BrokerContext, req: PopRequest, lease_id: str,
 def _claim_args(req: PopRequest, lease_id: str) -> dict[str, Any]:
     return dict(queue=req.queue, partition=req.partition, namespace=req.namespace,
                 task=req.task, group=req.group, batch=req.batch,
-                max_partitions=req.max_partitions, auto_ack=req.auto_ack, lease_id=lease_id,
-                # Payloads as PostgreSQL's JSON text: both answers (JSON and QPF1) put the
-                # text in as it is, never decoding and encoding it again.
-                payload_text=True)
+                max_partitions=req.max_partitions, auto_ack=req.auto_ack, lease_id=lease_id)
 
 
 def _took(req: PopRequest, rows: list) -> tuple[list[str], int, float | None, bool] | None:
@@ -414,7 +411,7 @@ def _popped(ctx: BrokerContext, rows: list, lease_id: str) -> Popped:
     telemetry.messages["popped"] += len(rows)
     by_queue: dict[str, list] = {}
     for row in rows:
-        by_queue.setdefault(row["queue_name"], []).append(row["created_at"])
+        by_queue.setdefault(row["queue_name"], []).append(row["created_us"])
     for queue, created in by_queue.items():
         telemetry.delivered(queue, created)
     return Popped(rows, payloads, lease_id)

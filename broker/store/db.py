@@ -510,10 +510,10 @@ class Store:
     async def pop(self, *, queue: str | None, partition: str | None, namespace: str | None,
                   task: str | None, group: str, batch: int, max_partitions: int,
                   auto_ack: bool, lease_id: str, hints: list[str] | None = None,
-                  only_hints: bool = False, payload_text: bool = False) -> list[asyncpg.Record]:
-        """Claim and read; ``hints`` are tried first, and with ``only_hints`` they are
-        the only partitions looked at (the hot-list's candidates); ``payload_text``: each
-        payload as its JSON text instead of its value (no decoding). When the
+                  only_hints: bool = False) -> list[asyncpg.Record]:
+        """Claim and read (rows as ``sql.POP`` gives them: payloads as JSON text, creation
+        times as ``created_us``); ``hints`` are tried first, and with ``only_hints`` they
+        are the only partitions looked at (the hot-list's candidates). When the
         database fails during the call, the claim may have committed with
         nobody to receive it: ``lease_id`` is remembered as orphaned (the caller
         must not use it again) and ended before this broker's next pop."""
@@ -523,7 +523,7 @@ class Store:
                     orphans = list(self.orphaned_leases)
                     await conn.execute(sql.EXPIRE_ORPHANED_LEASES, orphans)
                     self.orphaned_leases.difference_update(orphans)
-                return await conn.fetch(sql.POP_PAYLOAD_TEXT if payload_text else sql.POP,
+                return await conn.fetch(sql.POP,
                                         queue, partition, namespace, task, group,
                                         batch, max_partitions, auto_ack, lease_id,
                                         hints or None, only_hints)

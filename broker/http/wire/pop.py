@@ -11,7 +11,7 @@ import ujson
 from broker.core.config import subscription_starts_new
 from broker.core.domain import QUEUE_MODE, PopRequest
 from broker.core.errors import BadRequest
-from broker.core.times import iso_micro, parse_timestamp
+from broker.core.times import iso_micro_us, parse_timestamp
 from broker.core.validate import MAX_NAME
 from broker.http.wire.common import INT32_MAX, q_bool, q_int, q_str
 from broker.service.pop import Popped, PopResult
@@ -141,7 +141,7 @@ def _messages(req: PopRequest, popped: Popped) -> tuple[str, list[str], int]:
         out.append(
             f'{{"id":"{row["message_id"]}","transactionId":{_json(row["transaction_id"])},'
             f'"traceId":{trace_id},"data":{data},"producerSub":{_json(row["producer_sub"])},'
-            f'"createdAt":{_json(iso_micro(row["created_at"]))},"queue":{queue},'
+            f'"createdAt":"{iso_micro_us(row["created_us"])}","queue":{queue},'
             f'"partition":{partition},"partitionId":"{partition_id}","leaseId":{lease},'
             f'"consumerGroup":{group},"retryCount":{int(row["retry_count"] or 0)}}}')
     return head, out, partitions

@@ -20,7 +20,6 @@ pop whose messages come from more than one queue (the frame names one queue).
 """
 from __future__ import annotations
 
-import datetime as dt
 import struct
 from typing import Any
 
@@ -42,8 +41,6 @@ _CLAIM = struct.Struct("<QH")           # handle, partition name's length
 _CLAIM_TAIL = struct.Struct("<QQII")    # first, last, deliveryAttempt, records
 # offset, createdAt, count 1, codec 0, record length, frame length, flags, message id
 _RECORD = struct.Struct("<qqIBIIB16s")
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_MICROSECOND = dt.timedelta(microseconds=1)
 
 
 def framed_answer(req: PopRequest, result: PopResult, own: dict[str, Any]) -> bytes | None:
@@ -97,7 +94,7 @@ def _record(row: Any, payload: str) -> list[bytes]:
         middle += _U16.pack(len(sub)) + sub
     body = payload.encode()
     frame_len = 1 + 16 + len(middle) + len(body)
-    return [_RECORD.pack(row["seq"], (row["created_at"] - _EPOCH) // _MICROSECOND, 1, 0,
+    return [_RECORD.pack(row["seq"], row["created_us"], 1, 0,
                          4 + frame_len, frame_len, flags, row["message_id"].bytes),
             middle, body]
 
