@@ -169,6 +169,13 @@ MAX_ORPHANED_LEASES = 10_000
 """Orphaned lease ids remembered at most (Store.pop); past it they end at their lease time."""
 
 
+def _uniform(values: list[Any]) -> tuple[Any, list[Any] | None]:
+    """(the value, None) when every element of ``values`` (not empty) equals the first,
+    else (None, ``values``): a compact call's scalar-or-array pair (see sql.PUSH_ORDERED)."""
+    first = values[0]
+    return (first, None) if values.count(first) == len(values) else (None, values)
+
+
 def now_us() -> int:
     """Wall-clock microseconds: the accept time of a push."""
     return time.time_ns() // 1000
@@ -400,6 +407,26 @@ class Store:
             list(accept), self.server_id, self.order_wait_ms, self.settle_ms,
         )
 
+    def _push_call(self, rows: Sequence[PushRow], accept_us: int) -> tuple:
+        """``sql.PUSH_ORDERED``'s arguments: columns whose items all agree go as one value."""
+        n = len(rows)
+        queue, queues = _uniform([r.queue for r in rows])
+        partition, partitions = _uniform([r.partition for r in rows])
+        traces = [r.trace_id for r in rows]
+        encrypted = [r.encrypted for r in rows]
+        sub, subs = _uniform([r.producer_sub for r in rows])
+        request, requests = _uniform([r.request for r in rows])
+        return (
+            n, queues, queue, partitions, partition,
+            [r.message_id for r in rows],
+            [r.transaction_id for r in rows],
+            None if traces.count(None) == n else traces,
+            [r.payload_json if r.payload_json is not None else _dumps(r.payload) for r in rows],
+            encrypted if True in encrypted else None,
+            subs, sub, accept_us, self.server_id, self.order_wait_ms, self.settle_ms,
+            requests, request,
+        )
+
     async def push(self, rows: Sequence[PushRow], conn: asyncpg.Connection | None = None,
                    accept_us: int | None = None) -> list[asyncpg.Record]:
         """Insert ``rows``, accepted at ``accept_us`` (broker clock, default
@@ -410,10 +437,9 @@ class Store:
         merge moves them on in accept order. Rows with a ``request`` whose queue
         has maxSize answer ``refused`` (with the reason in ``error``) when their
         request would take the queue past it (see push_ordered_v4)."""
-        accept = [accept_us if accept_us is not None else now_us()] * len(rows)
-        # _push_args is push_ordered_v3's argument list (the streams cycle reads it too);
-        # v4 adds each row's request, for the maxSize check.
-        args = (*self._push_args(rows, accept), [r.request for r in rows])
+        if not rows:
+            return []
+        args = self._push_call(rows, accept_us if accept_us is not None else now_us())
         if conn is not None:
             with _mapped_errors():
                 return await conn.fetch(sql.PUSH_ORDERED, *args)
@@ -566,30 +592,30 @@ class Store:
         return [r["name"] for r in rows]
 
     @staticmethod
-    def _ack_args(rows: Sequence[AckRow]) -> tuple:
-        return (
-            list(range(len(rows))),
-            [r.transaction_id for r in rows],
-            [r.partition_id for r in rows],
-            [r.status for r in rows],
-            [r.error for r in rows],
-            [r.consumer_group for r in rows],
-            [r.lease_id for r in rows],
-        )
+    def _ack_call(rows: Sequence[AckRow], failed_to_dlq: bool) -> tuple:
+        """``sql.ACK``'s arguments: columns whose items all agree go as one value."""
+        status, statuses = _uniform([r.status for r in rows])
+        error, errors = _uniform([r.error for r in rows])
+        group, groups = _uniform([r.consumer_group for r in rows])
+        lease, leases = _uniform([r.lease_id for r in rows])
+        return (len(rows), [r.transaction_id for r in rows], [r.partition_id for r in rows],
+                statuses, status, errors, error, groups, group, leases, lease, failed_to_dlq)
 
     async def ack(self, rows: Sequence[AckRow], *, failed_to_dlq: bool = False,
                   conn: asyncpg.Connection | None = None) -> list[asyncpg.Record]:
         """Apply acknowledgements; returns one row per item, in input order. A partition may
         be named by its handle (a decimal number, never a UUID's form); only a batch that
         holds one pays for resolving them in SQL."""
+        if not rows:
+            return []
         statement = (sql.ACK_BY_REF if any(len(r.partition_id) <= 20 and r.partition_id.isdigit()
                                            for r in rows) else sql.ACK)
         if conn is not None:
             with _mapped_errors():
-                result = await conn.fetch(statement, *self._ack_args(rows), failed_to_dlq)
+                result = await conn.fetch(statement, *self._ack_call(rows, failed_to_dlq))
         else:
             async with self.connection() as c:
-                result = await c.fetch(statement, *self._ack_args(rows), failed_to_dlq)
+                result = await c.fetch(statement, *self._ack_call(rows, failed_to_dlq))
         return sorted(result, key=lambda r: r["idx"])
 
     async def ensure_subscription(self, *, group: str, queue: str, partition: str,

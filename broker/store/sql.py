@@ -7,11 +7,31 @@ The heavy lifting of push, pop and ack lives in server-side functions
 """
 from broker.store.figures_sql import partition_figures
 
+# The data path's calls are written compactly: asyncpg checks every element of an array
+# argument against three collections.abc ABCs (a Python-level call each) before encoding it,
+# so a column whose elements are all equal goes as one scalar and the statement fills the
+# array (array_fill), and the item index is generated (generate_series). $1 is the item
+# count; an ``$a::t[], $s::t`` pair is (array, NULL) or (NULL, the one value). One prepared
+# statement serves both forms. Measured on push_ordered_v4 at 100 items: 325 -> 189 us of
+# client CPU per call and 10 % less wall time (benchmarks/README.md, issue 30).
+
 PUSH_ORDERED = """
 SELECT idx, message_id, partition_id, status, late, peer, error
-FROM queen.push_ordered_v4($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+FROM queen.push_ordered_v4(
+    ARRAY(SELECT generate_series(0, $1 - 1)),
+    coalesce($2::text[], array_fill($3::text, ARRAY[$1])),
+    coalesce($4::text[], array_fill($5::text, ARRAY[$1])),
+    $6::uuid[], $7::text[],
+    coalesce($8::uuid[], array_fill(NULL::uuid, ARRAY[$1])),
+    $9::text[],
+    coalesce($10::boolean[], array_fill(false, ARRAY[$1])),
+    coalesce($11::text[], array_fill($12::text, ARRAY[$1])),
+    array_fill($13::bigint, ARRAY[$1]),
+    $14, $15, $16,
+    coalesce($17::bigint[], array_fill($18::bigint, ARRAY[$1])))
 """
-"""Insert items (parallel arrays), aware of staging and of the cluster-wide spool
+"""Insert items (parallel arrays, compact: see above; args from ``Store._push_call``), aware
+of staging and of the cluster-wide spool
 backlog, checking queues' maxSize; one row per item: 'queued', 'duplicate', 'staged'
 (into queen.staged, behind earlier staged or spooled pushes to its partition, or while
 the database settles after a restart; queen.merge_staged moves it on), or 'refused'
@@ -127,13 +147,22 @@ LIMIT $3
 """Partitions of a queue with something beyond a group's cursor (or no cursor
 yet): the hot-list's cold start and periodic reseed."""
 
-ACK = "SELECT * FROM queen.ack_messages_v3($1, $2, $3, $4, $5, $6, $7, $8)"
-"""Apply acknowledgements (parallel arrays); one row per item. A failed ack that sends a
-batch back holds the partition for that group for the queue's retryDelay."""
-
-ACK_BY_REF = """
-SELECT * FROM queen.ack_messages_v3($1, $2, queen.partition_refs($3::text[]), $4, $5, $6, $7, $8)
+_ACK_CALL = """
+SELECT * FROM queen.ack_messages_v3(
+    ARRAY(SELECT generate_series(0, $1 - 1)), $2::text[], {partitions},
+    coalesce($4::text[], array_fill($5::text, ARRAY[$1])),
+    coalesce($6::text[], array_fill($7::text, ARRAY[$1])),
+    coalesce($8::text[], array_fill($9::text, ARRAY[$1])),
+    coalesce($10::uuid[], array_fill($11::uuid, ARRAY[$1])),
+    $12)
 """
+
+ACK = _ACK_CALL.format(partitions="$3::uuid[]")
+"""Apply acknowledgements (parallel arrays, compact as PUSH_ORDERED; args from
+``Store._ack_call``); one row per item. A failed ack that sends a batch back holds the
+partition for that group for the queue's retryDelay."""
+
+ACK_BY_REF = _ACK_CALL.format(partitions="queen.partition_refs($3::text[])")
 """ACK for a batch in which some partition is named by its handle (a framed pop's), not its
 UUID: queen.partition_refs resolves them in the statement (migration 0012)."""
 
