@@ -236,6 +236,18 @@ def http(base_url):
 
 
 @pytest.fixture
+async def store(database):
+    """A Store (a small pool) on the test PostgreSQL, for tests of the store and the services
+    without HTTP."""
+    from broker.store.db import Store
+    s = await Store.connect(database.dsn, pool_size=2, connect_timeout_ms=5000,
+                            statement_timeout_ms=30000, lock_timeout_ms=10000,
+                            idle_timeout_ms=30000)
+    yield s
+    await s.close()
+
+
+@pytest.fixture
 async def fresh_database(database):
     """An empty database on the same server, dropped afterwards: for tests that
     flip cluster-wide state (maintenance flags) or need a schema-less start."""

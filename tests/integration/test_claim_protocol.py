@@ -20,15 +20,6 @@ from broker.service.pop import claim, verdicts
 from broker.store.db import PushRow, Store
 
 
-@pytest.fixture
-async def store(database):
-    s = await Store.connect(database.dsn, pool_size=2, connect_timeout_ms=5000,
-                            statement_timeout_ms=30000, lock_timeout_ms=10000,
-                            idle_timeout_ms=30000)
-    yield s
-    await s.close()
-
-
 def pop_request(queue: str, group: str = "g"):
     return parse_pop({"consumerGroup": group, "batch": "1"}, queue=queue, partition=None,
                      default_batch=1, default_timeout_ms=0, default_subscription_mode="")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,15 +19,6 @@ PLAIN_PUSH = """
 SELECT idx, message_id, partition_id, status, late, peer, error
 FROM queen.push_ordered_v4($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 """
-
-
-@pytest.fixture
-async def store(database):
-    s = await Store.connect(database.dsn, pool_size=2, connect_timeout_ms=5000,
-                            statement_timeout_ms=30000, lock_timeout_ms=10000,
-                            idle_timeout_ms=30000)
-    yield s
-    await s.close()
 
 
 # Per column: the same value for every item, or values that differ (None among them).
