@@ -130,20 +130,27 @@ async def _push(ctx: BrokerContext, items: list[PushItem], producer_sub: str | N
     wake_after_commit(ctx, {(i.queue, i.partition) for i, r in zip(items, results)
                             if r["status"] == "queued"})
     out, staged, refused = [], 0, 0
-    for item, row in zip(items, results):
-        if row["status"] == "staged":
+    last_pid: Any = None
+    pid_text: str | None = None
+    for item, pushed, row in zip(items, rows, results):
+        status = row["status"]
+        if status == "staged":
             # Durable in queen.staged, behind earlier spooled pushes to its
             # partition; the merge stores it in order and wakes the pops.
             staged += 1
-        elif row["status"] == "refused":  # past its queue's maxSize: nothing kept
+        elif status == "refused":  # past its queue's maxSize: nothing kept
             refused += 1
             out.append(ItemOutcome(item, "refused", error=row["error"]))
             continue
         else:
-            telemetry.messages[row["status"]] += 1
-        out.append(ItemOutcome(item, row["status"], str(row["message_id"]),
-                               None if row["partition_id"] is None
-                               else str(row["partition_id"])))
+            telemetry.messages[status] += 1
+        pid = row["partition_id"]
+        if pid != last_pid:  # items come in runs of one partition: one string per run
+            last_pid, pid_text = pid, None if pid is None else str(pid)
+        # A queued or staged item keeps the id minted for it; a duplicate answers the id
+        # of the message it repeats.
+        out.append(ItemOutcome(item, status, pushed.message_id if status != "duplicate"
+                               else str(row["message_id"]), pid_text))
     if refused:
         telemetry.push_refused["max_size"] += refused
     if refused == len(items):

@@ -23,9 +23,12 @@ def is_partition_handle(value: str) -> bool:
     return value.isascii() and value.isdigit() and len(value) <= 20 and int(value) <= U64_MAX
 
 
-def parse_ack_item(item: Any, group: str, *, batch: bool, handles: bool = False) -> AckRow:
+def parse_ack_item(item: Any, group: str, *, batch: bool, handles: bool = False,
+                   checked: set[tuple[str, str]] | None = None) -> AckRow:
     """One acknowledgement; ``handles``: the partition may be named by its handle (the ack
-    routes and transactions; a stream cycle's partitions are always UUIDs)."""
+    routes and transactions; a stream cycle's partitions are always UUIDs). ``checked``:
+    the (field, value) pairs of partition ids and leases an earlier item of the same batch
+    passed (a batch's items mostly share them), not checked again; this item's are added."""
     if not isinstance(item, dict):
         raise BadRequest("Each acknowledgment must be an object")
     txid = item.get("transactionId")
@@ -36,9 +39,12 @@ def parse_ack_item(item: Any, group: str, *, batch: bool, handles: bool = False)
     if not isinstance(pid, str) or not pid:
         raise BadRequest("Each acknowledgment must have a valid partitionId string to ensure message uniqueness"
                          if batch else "partitionId is required to ensure message uniqueness")
-    if not is_uuid(pid) and not (handles and is_partition_handle(pid)):
-        raise BadRequest(f"partitionId must be a UUID{' or a partition handle' if handles else ''}, "
-                         f"got {pid!r}")
+    if checked is None or ("partition", pid) not in checked:
+        if not is_uuid(pid) and not (handles and is_partition_handle(pid)):
+            raise BadRequest(f"partitionId must be a UUID{' or a partition handle' if handles else ''}, "
+                             f"got {pid!r}")
+        if checked is not None:
+            checked.add(("partition", pid))
     status = item.get("status", "completed")
     if status is None:
         status = "completed"
@@ -50,8 +56,11 @@ def parse_ack_item(item: Any, group: str, *, batch: bool, handles: bool = False)
     lease = item.get("leaseId")
     if lease in (None, ""):
         lease = None
-    elif not is_uuid(lease):
-        raise BadRequest(f"leaseId must be a UUID, got {lease!r}")
+    elif checked is None or ("lease", lease) not in checked:
+        if not is_uuid(lease):
+            raise BadRequest(f"leaseId must be a UUID, got {lease!r}")
+        if checked is not None:
+            checked.add(("lease", lease))
     return AckRow(txid, pid, status, error, group, lease)
 
 
@@ -69,7 +78,9 @@ def parse_ack_batch(body: Mapping[str, Any]) -> list[AckRow]:
     if not isinstance(items, list):
         raise BadRequest("acknowledgments array is required")
     group = parse_group(body.get("consumerGroup"))
-    return [parse_ack_item(item, group, batch=True, handles=True) for item in items]
+    checked: set[tuple[str, str]] = set()  # (field, value) pairs: a handle is no lease
+    return [parse_ack_item(item, group, batch=True, handles=True, checked=checked)
+            for item in items]
 
 
 def ack_result(row: Mapping[str, Any], transaction_id: str, index: int) -> dict:
