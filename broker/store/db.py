@@ -394,6 +394,8 @@ class Store:
 
     # -- data path ---------------------------------------------------------
     def _push_args(self, rows: Sequence[PushRow], accept: Sequence[int]) -> tuple:
+        """push_ordered_v3's plain parallel arrays: the streams cycle passes them on
+        (store/streams.py); the data path's own call is ``_push_call``."""
         return (
             list(range(len(rows))),
             [r.queue for r in rows],
