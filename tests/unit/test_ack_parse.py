@@ -17,7 +17,7 @@ from broker.http.wire.ack import parse_ack_batch, parse_ack_item
 UUIDS = [str(uuid.uuid4()) for _ in range(3)]
 # Partition ids and leases drawn from a few values, so that items of a batch share them.
 VALUES = st.sampled_from([*UUIDS, UUIDS[0].upper(), "12345", "18446744073709551616", "x",
-                          "", None, 7])
+                          "", None, 7, {}, [], [UUIDS[0]]])  # unhashable ones too (JSON)
 ITEMS = st.lists(st.fixed_dictionaries({
     "transactionId": st.sampled_from(["t1", "t2"]), "partitionId": VALUES,
     "leaseId": VALUES, "status": st.sampled_from(["completed", "failed"]),

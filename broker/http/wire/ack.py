@@ -56,7 +56,8 @@ def parse_ack_item(item: Any, group: str, *, batch: bool, handles: bool = False,
     lease = item.get("leaseId")
     if lease in (None, ""):
         lease = None
-    elif checked is None or ("lease", lease) not in checked:
+    elif checked is None or not isinstance(lease, str) or ("lease", lease) not in checked:
+        # (a JSON object or array is no lease, and cannot be looked up in ``checked``)
         if not is_uuid(lease):
             raise BadRequest(f"leaseId must be a UUID, got {lease!r}")
         if checked is not None:
