@@ -63,18 +63,18 @@ class LeanResponse(HTTPResponse):
         return out
 
 
+def dumps(value: Any) -> str:
+    """A value as JSON text, spelled as every JSON answer spells it."""
+    return ujson.dumps(value, escape_forward_slashes=False, ensure_ascii=False)
+
+
 def json(body: Any, status: int = 200) -> HTTPResponse:
     """A JSON answer; a 503 carries Retry-After, whichever route gives it."""
-    return LeanResponse(
-        ujson.dumps(body, escape_forward_slashes=False, ensure_ascii=False),
-        status=status,
-        headers=_RETRY_AFTER if status == 503 else None,
-        content_type="application/json",
-    )
+    return json_text(dumps(body), status)
 
 
 def json_text(text: str, status: int = 200) -> HTTPResponse:
-    """A JSON answer already written as text (see wire/pop.py's pop_answer)."""
+    """A JSON answer already written as text (``json``, and wire/pop.py's pop_answer)."""
     return LeanResponse(text, status=status, headers=_RETRY_AFTER if status == 503 else None,
                         content_type="application/json")
 

@@ -30,13 +30,13 @@ FROM queen.push_ordered_v4(
     $14, $15, $16,
     coalesce($17::bigint[], array_fill($18::bigint, ARRAY[$1])))
 """
-"""Insert items (parallel arrays, compact: see above; args from ``Store._push_call``), aware
-of staging and of the cluster-wide spool
-backlog, checking queues' maxSize; one row per item: 'queued', 'duplicate', 'staged'
-(into queen.staged, behind earlier staged or spooled pushes to its partition, or while
-the database settles after a restart; queen.merge_staged moves it on), or 'refused'
-(its request's items would take the queue's depth past maxSize; ``error`` says so).
-Items with a NULL request ($14) are not checked (migrations/0011_queue_limits.sql)."""
+"""Insert items (parallel arrays, compact: see above; args from ``Store._push_call``),
+aware of staging and of the cluster-wide spool backlog, checking queues' maxSize; one row
+per item: 'queued', 'duplicate', 'staged' (into queen.staged, behind earlier staged or
+spooled pushes to its partition, or while the database settles after a restart;
+queen.merge_staged moves it on), or 'refused' (its request's items would take the queue's
+depth past maxSize; ``error`` says so). Items with a NULL request ($17/$18) are not checked
+(migrations/0011_queue_limits.sql)."""
 
 UPLOAD_LEDGER = """
 INSERT INTO queen.uploaded_files (spool_id, file_ms, file_seq, events)

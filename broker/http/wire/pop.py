@@ -6,13 +6,12 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-import ujson
-
 from broker.core.config import subscription_starts_new
 from broker.core.domain import QUEUE_MODE, PopRequest
 from broker.core.errors import BadRequest
 from broker.core.times import iso_micro_us, parse_timestamp
 from broker.core.validate import MAX_NAME
+from broker.http.responses import dumps as _json
 from broker.http.wire.common import INT32_MAX, q_bool, q_int, q_str
 from broker.service.pop import Popped, PopResult
 
@@ -89,11 +88,6 @@ def _count(args: Mapping[str, Any], name: str, default: int, least: int, most: i
     return value
 
 
-def _json(value: Any) -> str:
-    """A value as JSON, spelled as every JSON answer spells it (responses.json)."""
-    return ujson.dumps(value, ensure_ascii=False, escape_forward_slashes=False)
-
-
 def pop_answer(req: PopRequest, result: PopResult) -> str:
     """The answer to a pop, as JSON text: the messages it took, or why it took none (§5.4);
     with the sizing echoed when the pop engaged autopilot (§5.8)."""
@@ -104,12 +98,12 @@ def pop_answer(req: PopRequest, result: PopResult) -> str:
         return _json(answer)
     popped = result.popped
     first = popped.rows[0]
-    head, messages, partitions = _messages(req, popped)
+    messages, partitions = _messages(req, popped)
     envelope = {
         "success": True,
         "queue": first["queue_name"],
         "partition": first["partition_name"],
-        "partitionId": head,
+        "partitionId": str(first["partition_id"]),
         "leaseId": popped.lease_id,
         "consumerGroup": req.group,
         "partitionsClaimed": partitions,
@@ -121,21 +115,20 @@ def pop_answer(req: PopRequest, result: PopResult) -> str:
     return _json(envelope)[:-1] + ',"messages":[' + ",".join(messages) + "]}"
 
 
-def _messages(req: PopRequest, popped: Popped) -> tuple[str, list[str], int]:
-    """Each message of a pop as JSON text (§5.3), the first message's partition id, and how
-    many partitions the messages come from (the rows come grouped by partition)."""
+def _messages(req: PopRequest, popped: Popped) -> tuple[list[str], int]:
+    """Each message of a pop as JSON text (§5.3), and how many partitions the messages come
+    from (the rows come grouped by partition)."""
     group, lease = _json(req.group), _json(popped.lease_id)
     out = []
     partitions = 0
     last: Any = None
-    queue = partition = partition_id = head = ""
+    queue = partition = partition_id = ""
     for row, data in zip(popped.rows, popped.payloads):
         if partitions == 0 or row["partition_id"] != last:
             partitions += 1
             last = row["partition_id"]
             queue, partition = _json(row["queue_name"]), _json(row["partition_name"])
             partition_id = str(last)
-            head = head or partition_id
         trace = row["trace_id"]
         trace_id = "null" if trace is None else f'"{trace}"'  # a UUID: nothing to escape
         out.append(
@@ -144,7 +137,7 @@ def _messages(req: PopRequest, popped: Popped) -> tuple[str, list[str], int]:
             f'"createdAt":"{iso_micro_us(row["created_us"])}","queue":{queue},'
             f'"partition":{partition},"partitionId":"{partition_id}","leaseId":{lease},'
             f'"consumerGroup":{group},"retryCount":{int(row["retry_count"] or 0)}}}')
-    return head, out, partitions
+    return out, partitions
 
 
 def own_keys(req: PopRequest, result: PopResult) -> dict:
