@@ -23,14 +23,14 @@ from loguru import logger
 
 from actors.runtime import AsyncioActor
 from actors.spool.backlog import SpoolBacklog
-from actors.spool.files import SpoolFiles, list_buf_files
+from actors.spool.files import SpoolFiles, fsync_dir, list_buf_files
 from actors.spool.health import DrainHealth
 from actors.spool.order import Register, Registration
 from actors.spool.quarantine import QuarantineDesk
 from actors.spool.records import file_accept_us
 from actors.spool.stats import dir_usage, figures
 from actors.spool.upload import Upload, Uploader
-from actors.spool.writer import SpoolWriter
+from actors.spool.writer import Recovered, SpoolWriter
 
 __all__ = ["RECOVER_LIMIT_S", "Spool"]
 
@@ -51,7 +51,7 @@ class Spool(AsyncioActor):
                  cooldown_after: int = 10, cooldown_s: float = 5.0,
                  recover_limit_s: float = RECOVER_LIMIT_S,
                  on_uploaded: Callable[[int], None] | None = None,
-                 owner: str = "queen"):
+                 owner: str = "queen", sync_interval_ms: int | None = None):
         super().__init__()
         self.directory = Path(directory)
         self.failed_dir = self.directory / "failed"
@@ -61,7 +61,8 @@ class Spool(AsyncioActor):
         self.health = DrainHealth(cooldown_after, cooldown_s)
         self.registration = Registration(register, self.files, self.health)
         self.writer = SpoolWriter(self.directory, self.files, events_per_file=events_per_file,
-                                  max_bytes=max_bytes, clock=clock)
+                                  max_bytes=max_bytes, clock=clock,
+                                  sync_interval_ms=sync_interval_ms)
         self.uploader = Uploader(self.files, self.quarantine, self.registration, self.health,
                                  upload=upload, is_transient=is_transient,
                                  accept_floor=self.writer.accept_floor,
@@ -89,14 +90,16 @@ class Spool(AsyncioActor):
             self.writer.healthy = False
             logger.error("spool: cannot create {}: {}", self.directory, exc)
         else:
-            self.writer.scan_existing()
+            found = self.writer.scan_existing()
             self.quarantine.recount()
-            self.spool_id = _read_spool_id(self.directory, self._owner)
+            self.spool_id, fresh = _read_spool_id(self.directory, self._owner)
+            _log_recovery(self.directory, found, self.spool_id, fresh)
         self._self = self.actor_ref.proxy()
         self._task = asyncio.get_running_loop().create_task(self._drain_loop(), name="spool-drain")
-        logger.info("spool: {} ({} event(s) pending in {} partition(s), cap {} MB{})",
+        logger.info("spool: {} ({} event(s) pending in {} partition(s), cap {} MB, fsync {}{})",
                     self.directory, self.files.pending, self.backlog.partitions(),
-                    round(self.writer.max_bytes / (1 << 20)), ", paused" if self.paused else "")
+                    round(self.writer.max_bytes / (1 << 20)), self.writer.policy,
+                    ", paused" if self.paused else "")
         # A backlog left by the previous run: its drained line is timed from its first event.
         self._note_backlog()
 
@@ -104,7 +107,7 @@ class Spool(AsyncioActor):
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        await self.writer.finalize_active()
+        await self.writer.stop()
         await self.registration.last()
         if self.files.pending > 0:
             # Acknowledged pushes that are not in PostgreSQL yet: say where they wait.
@@ -138,16 +141,21 @@ class Spool(AsyncioActor):
 
     # -- writing -------------------------------------------------------------------
 
-    async def append(self, events: list[dict], registered: bool = False) -> None:
+    async def append(self, events: list[dict],
+                     registered: bool = False) -> asyncio.Future[None]:
         """Write every event of one push, or none of them (raises SpoolError,
-        SpoolFull when the cap would be passed); see SpoolWriter.append.
-        ``registered``: PostgreSQL already lists this broker as holding these
-        partitions (a held push)."""
-        if not events:
-            return
+        SpoolFull when the cap would be passed), and answer a future that is done
+        when the push may be acknowledged: ``await (await spool.append(events))``.
+        The actor takes the next push while this one's sync runs, so pushes share
+        syncs; see SpoolWriter.append. ``registered``: PostgreSQL already lists this
+        broker as holding these partitions (a held push)."""
         if registered:
             self.registration.held_push()  # even if the write fails: PostgreSQL lists us now
-        await self.writer.append(events)
+        if not events:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+        return await self.writer.append(events)
 
     async def finalize(self) -> bool:
         """Close the active file: rename it to ``.buf`` (drainable), or delete it
@@ -259,25 +267,55 @@ class Spool(AsyncioActor):
         return figures(self, await asyncio.to_thread(dir_usage, self.failed_dir))
 
 
-def _read_spool_id(directory: Path, owner: str) -> str:
-    """This spool's name in queen.spool_backlog, kept in the directory: the
-    rows describe these files, so a broker restarted on them (whatever its
-    server id now) takes its old rows over instead of waiting for them."""
+def _read_spool_id(directory: Path, owner: str) -> tuple[str, bool]:
+    """This spool's name in queen.spool_backlog, kept in the directory, and whether it
+    was made now: the rows describe these files, so a broker restarted on them
+    (whatever its server id now) takes its old rows over instead of waiting for them.
+    A new name is written durably (temporary file, fsync, rename, directory fsync)
+    before it is used: a name lost in a crash would orphan the rows it registered."""
     path = directory / "spool-id"
     try:
         value = path.read_text().strip()
         if value:
-            return value
+            return value, False
     except FileNotFoundError:
         pass
     except OSError as exc:
         logger.error("spool: cannot read {}: {}", path, exc)
-        return owner
+        return owner, False
     value = f"{owner}-{os.urandom(4).hex()}"
     try:
         tmp = path.with_suffix(".part")
-        tmp.write_text(value + "\n")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, (value + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
+        fsync_dir(directory)
     except OSError as exc:
         logger.error("spool: cannot write {}: {}", path, exc)
-    return value
+    return value, True
+
+
+def _log_recovery(directory: Path, found: Recovered, spool_id: str, fresh: bool) -> None:
+    """One line on what a previous run left, when it left anything (blocking: start-up)."""
+    if not found.files and not fresh:
+        return
+    if fresh and found.files:
+        # Files without their name: rows a previous run registered under the lost name
+        # hold their partitions until FILE_BUFFER_ORDER_WAIT_MS passes.
+        logger.warning("spool: {} holds {} file(s) but no spool-id; it is now {} (rows "
+                       "registered under the old name wait out FILE_BUFFER_ORDER_WAIT_MS)",
+                       directory, found.files, spool_id)
+    elif not found.files:
+        logger.info("spool: new spool {} in {}", spool_id, directory)
+        return
+    loud = found.torn_files or found.damaged
+    logger.log("WARNING" if loud else "INFO",
+               "spool: recovered {} file(s), {} whole event(s){}; {} torn tail(s) cut ({} "
+               "byte(s), never acknowledged); {} damaged record(s) to the quarantine; "
+               "spool id {}", found.files, found.events,
+               f" ({found.legacy_files} of an earlier format)" if found.legacy_files else "",
+               found.torn_files, found.torn_bytes, found.damaged, spool_id)

@@ -15,6 +15,7 @@ States (the file's suffix in brackets)::
 """
 from __future__ import annotations
 
+import asyncio
 import enum
 import os
 from collections import Counter
@@ -25,7 +26,7 @@ from pathlib import Path
 from actors.spool.backlog import SpoolBacklog
 from actors.spool.records import NAME, Pair, accepted_at, event_pair, file_accept_us, tally_records
 
-__all__ = ["FileState", "SpoolFile", "SpoolFiles", "file_size", "list_buf_files", "list_files"]
+__all__ = ["FileState", "SpoolFile", "SpoolFiles", "file_size", "fsync_dir", "list_buf_files", "list_files"]
 
 
 class FileState(enum.Enum):
@@ -54,7 +55,19 @@ class SpoolFile:
     settled: set[int] = field(default_factory=set)  # record indexes committed or set aside
     raw_quarantined: bool = False  # its unparseable records are in the quarantine
     unreadable: int = 0  # consecutive attempts that could not read it
-    fd: int | None = None  # ACTIVE only: the descriptor appends go to
+    fd: int | None = None  # open (ACTIVE, or closing): the descriptor appends go to
+    # Durability of an open file (actors/spool/writer.py): bytes the last good sync
+    # covered, whether its directory entry was synced, the pushes waiting for the next
+    # sync (their futures and event counts), the sync running now, interval mode's timer
+    # and acknowledged-but-unsynced events, and whether a sync failed (the file is then
+    # never trusted past ``synced``).
+    synced: int = 0
+    dir_synced: bool = False
+    waiters: list[tuple[asyncio.Future[None], int]] = field(default_factory=list)
+    syncing: asyncio.Task[None] | None = None
+    sync_timer: asyncio.TimerHandle | None = None
+    unsynced_events: int = 0
+    sync_failed: bool = False
 
     @property
     def name(self) -> str:
@@ -206,6 +219,15 @@ def list_files(directory: Path) -> list[Path]:
 
 def list_buf_files(directory: Path) -> list[Path]:
     return [p for p in list_files(directory) if p.suffix == ".buf"]
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make the directory's entries (files created, renamed, removed) durable."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def file_size(path: Path) -> int:

@@ -3,7 +3,7 @@
 Each entry is one JSON file ``<spool>/quarantine/<id>.json``::
 
     {"id": "queen-1733050000000-00000001-00000042",
-     "reason": "rejected" | "invalid" | "unparseable" | "legacy",
+     "reason": "rejected" | "invalid" | "unparseable" | "corrupt" | "legacy",
      "error": "...", "quarantinedAt": "2026-12-01T09:00:00.000Z",
      "originFile": "queen-1733050000000-00000001.buf", "index": 42,
      "event": {...the spooled push...} | null, "rawBase64": "..." (unparseable only)}
@@ -30,6 +30,7 @@ import base64
 import datetime as dt
 import os
 import re
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,10 +38,15 @@ from typing import Any
 import ujson
 from loguru import logger
 
+from actors.spool.files import fsync_dir
 from actors.spool.records import event_pair, read_records
 from broker.core.validate import event_problem
 
-__all__ = ["Quarantine", "QuarantineDesk", "entry_id", "import_failed_files", "valid_id"]
+# Why a record kept only as raw bytes could not be read (records.Scan's reasons).
+RAW_ERRORS = {"corrupt": "record failed its checksum or framing: damaged on disk",
+              "unparseable": "record is not valid JSON"}
+
+__all__ = ["RAW_ERRORS", "Quarantine", "QuarantineDesk", "entry_id", "import_failed_files", "valid_id"]
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,159}$")
 _SUFFIX = ".json"
@@ -57,14 +63,6 @@ def valid_id(value: str) -> bool:
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Quarantine:
@@ -98,7 +96,7 @@ class Quarantine:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         return not existed
 
     def ids(self) -> list[str]:
@@ -141,17 +139,17 @@ def import_failed_files(quarantine: Quarantine, failed_dir: Path) -> tuple[int, 
         return 0, 0
     for name in names:
         path = failed_dir / name
-        events, bad, _torn = read_records(path, keep_bad=True)
-        for i, event in enumerate(events):
+        scan = read_records(path)
+        for i, event in enumerate(scan.events):
             quarantine.put(entry_id(name, i), reason="legacy", origin_file=name, index=i,
                            event=event,
                            error="set aside with its whole file by an earlier version")
-        for j, raw in bad:
-            quarantine.put(entry_id(name, j, raw=True), reason="unparseable", origin_file=name,
-                           index=j, raw=raw, error="record is not valid JSON")
+        for j, raw, why in scan.bad:
+            quarantine.put(entry_id(name, j, raw=True), reason=why, origin_file=name,
+                           index=j, raw=raw, error=RAW_ERRORS[why])
         path.unlink()
         files += 1
-        entries += len(events) + len(bad)
+        entries += scan.records
     return files, entries
 
 
@@ -202,15 +200,19 @@ class QuarantineDesk:
                      ident, error)
         return True
 
-    async def set_aside_raw(self, name: str, bad: list[tuple[int, bytes]]) -> None:
-        """Unparseable records of spool file ``name``, kept as raw bytes (raises OSError)."""
-        for index, raw in bad:
+    async def set_aside_raw(self, name: str, bad: list[tuple[int, bytes, str]]) -> None:
+        """Damaged records of spool file ``name`` (``(index, raw bytes, reason)``, see
+        records.Scan), kept as raw bytes (raises OSError)."""
+        for index, raw, why in bad:
             ident = entry_id(name, index, raw=True)
-            if await asyncio.to_thread(self.store.put, ident, reason="unparseable",
-                                       error="record is not valid JSON", origin_file=name,
+            if await asyncio.to_thread(self.store.put, ident, reason=why,
+                                       error=RAW_ERRORS[why], origin_file=name,
                                        index=index, raw=raw):
                 self.count += 1
-        logger.error("spool: {} unparseable record(s) of {} quarantined", len(bad), name)
+        reasons = ", ".join(f"{n} {why}" for why, n in
+                            sorted(Counter(why for *_, why in bad).items()))
+        logger.error("spool: {} damaged record(s) of {} quarantined ({}); the records around "
+                     "them drain", len(bad), name, reasons)
 
     # -- the operator's routes -------------------------------------------------------
 

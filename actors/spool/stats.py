@@ -38,6 +38,15 @@ def figures(spool: Spool, failed_files: tuple[int, int]) -> dict[str, Any]:
         "quarantinedFiles": uploader.quarantined_files,
         "quarantinedEvents": spool.quarantine.count,
         "registeredPartitions": len(spool.registration.registered),
+        # Durability (FILE_BUFFER_FSYNC): syncs served and failed, acknowledged events a
+        # failed sync left exposed (interval mode only), and what the start found damaged.
+        "fsync": writer.policy,
+        "syncs": writer.syncs,
+        "syncFailures": writer.sync_failures,
+        "unsafeAcknowledged": writer.unsafe_acknowledged,
+        "tornBytesCut": writer.recovered.torn_bytes,
+        "damagedRecords": writer.recovered.damaged + uploader.damaged_records,
+        "spoolId": spool.spool_id,
     }
 
 

@@ -58,6 +58,7 @@ class Uploader:
         self.quarantine_after = max(1, quarantine_after)
         self.replayed_events = 0  # events uploaded
         self.quarantined_files = 0  # unreadable files moved to failed/
+        self.damaged_records = 0  # records that failed their checksum (quarantined)
         self.drained = DrainedLine()
         # The file being drained: (name, (size, mtime, inode) when read, its events)
         self._parsed: tuple[str, tuple, list[dict]] | None = None
@@ -143,25 +144,28 @@ class Uploader:
         ``(outcome, [])`` when it cannot be drained now."""
         name = file.name
         try:
-            events, bad, torn = await asyncio.to_thread(read_records, file.path, True)
+            scan = await asyncio.to_thread(read_records, file.path)
         except FileNotFoundError:
             self._forget(name)
             return "gone", []
         except OSError as exc:
             logger.error("spool: cannot read {}: {}", name, exc)
             return self._unreadable(file, exc), []
+        events, bad = scan.events, scan.bad
         if not file.counted:  # appeared behind our back (copied in, restored)
             file.fill(events, len(bad), stat[0])
             self.files.count_in(file)
-        if torn:
-            logger.warning("spool: {}: torn last record ignored (it was never acknowledged)", name)
+        if scan.torn:
+            logger.warning("spool: {}: torn last record ignored ({} byte(s); it was never "
+                           "acknowledged)", name, scan.torn)
         if bad and not file.raw_quarantined:
             try:
                 await self.quarantine.set_aside_raw(name, bad)
             except OSError as exc:
-                logger.error("spool: cannot quarantine unparseable records of {}: {}", name, exc)
+                logger.error("spool: cannot quarantine damaged records of {}: {}", name, exc)
                 return "permanent", []
             file.raw_quarantined = True
+            self.damaged_records += sum(1 for *_, why in bad if why == "corrupt")
         default = file_accept_us(name)
         for event in events:  # written before accept times were recorded: the file's time
             if isinstance(event, dict) and not isinstance(event.get("acceptedAt"), int):

@@ -32,6 +32,7 @@ from broker.core.config_parsers import (
     _choice,
     _csv,
     _float,
+    _fsync_policy,
     _hex_key,
     _http_url,
     _int,
@@ -262,6 +263,11 @@ VARIABLES: list[Variable] = [
        "sharing a database without the mesh set it.", _int(0), dynamic=lambda env: None),
     _v("FILE_BUFFER_EVENTS_PER_FILE", "10000", "int", "Events per spool file before rotating.",
        _POSITIVE),
+    _v("FILE_BUFFER_FSYNC", "always", "policy",
+       "When a spooled push is answered buffered. always: after an fdatasync that covers it "
+       "(pushes arriving meanwhile share the next one), so it survives a power cut of the "
+       "host. interval:MS: at once, the file synced at most MS later; a host crash may lose "
+       "up to MS of acknowledged pushes (a process crash loses none).", _fsync_policy),
     _v("FILE_BUFFER_ORDER_WAIT_MS", "30000", "ms",
        "How long a broker that registered spooled pushes for a partition and then went silent "
        "(no heartbeat) holds that partition back; after it, the others proceed and its late "
@@ -394,6 +400,7 @@ class Settings:
     file_buffer_max_batch: int
     file_buffer_settle_ms: int | None
     file_buffer_events_per_file: int
+    file_buffer_fsync: int | None  # None: always; else the interval in ms
     file_buffer_order_wait_ms: int
     file_buffer_max_bytes: int
     # Background jobs

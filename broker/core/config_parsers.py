@@ -80,6 +80,18 @@ def _choice(*options: str, upper: bool = False) -> Parser:
     return parse
 
 
+def _fsync_policy(name: str, raw: str) -> int | None:
+    """``always`` (None: sync before every answer) or ``interval:MS`` (the window)."""
+    value = raw.strip().lower()
+    if value == "always":
+        return None
+    kind, _, ms = value.partition(":")
+    if kind == "interval" and ms.isdigit() and 1 <= int(ms) <= 3_600_000:
+        return int(ms)
+    raise ConfigError(f"{name} must be always or interval:MS (MS from 1 to 3600000), "
+                      f"got {raw!r}")
+
+
 def _str(name: str, raw: str) -> str:
     return raw
 

@@ -242,6 +242,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
             events_per_file=settings.file_buffer_events_per_file,
             flush_ms=settings.file_buffer_flush_ms,
             max_bytes=settings.file_buffer_max_bytes,
+            sync_interval_ms=settings.file_buffer_fsync,
             is_transient=lambda exc: fails_every_request(exc) or isinstance(exc, StoreConflict),
             start_paused=flags.push, owner=settings.queen_server_id).proxy())
         app.ctx.spool = spool

@@ -74,7 +74,8 @@ class SpoolPort(Protocol):
     """actors.spool.Spool: the file buffer of pushes the database could not take, and its
     quarantine."""
 
-    def append(self, events: list[dict[str, Any]], registered: bool = ...) -> Awaitable[None]: ...
+    def append(self, events: list[dict[str, Any]],
+               registered: bool = ...) -> Awaitable[asyncio.Future[None]]: ...
 
     def stats(self) -> Awaitable[dict[str, Any]]: ...
 

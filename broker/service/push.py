@@ -193,7 +193,9 @@ async def _to_spool(ctx: BrokerContext, items: list[PushItem], rows: list[PushRo
                        "traceId": item.trace_id,
                        "producerSub": row.producer_sub if row else producer_sub})
     try:
-        await ctx.spool.append(events, registered=registered)
+        # Two steps: the actor writes the records (and takes the next push), then the
+        # sync that covers them returns (FILE_BUFFER_FSYNC); only then is it acknowledged.
+        await (await ctx.spool.append(events, registered=registered))
     except SpoolFull as exc:
         logger.warning("push: {} ({} item(s) refused)", exc, len(items))
         telemetry.messages["spool_full"] += len(items)

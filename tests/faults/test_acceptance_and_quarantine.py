@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from actors.spool import encode_records
+from actors.spool.records import encode_legacy_records
 from tests.conftest import db_fetch, db_val, start_broker
 from tests.waiting import wait_until
 
@@ -98,7 +98,7 @@ def test_poison_pushes_during_maintenance_are_refused_and_cost_nobody_anything(l
 
 def _write_spool_file(directory: Path, name: str, events: list[dict]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / name).write_bytes(encode_records(events))
+    (directory / name).write_bytes(encode_legacy_records(events))
 
 
 def _event(queue: str, partition: str, txid: str, payload) -> dict:

@@ -14,7 +14,7 @@ import asyncpg
 import jwt
 import pytest
 
-from actors.spool import encode_records
+from actors.spool.records import encode_legacy_records
 from queenctl import client
 from queenctl.__main__ import main
 from tests.conftest import Database, free_port, start_broker
@@ -51,7 +51,7 @@ def ctl_broker(own_database, tmp_path_factory):
     events = [{"queue": "ctl-quarantined", "partition": "p", "transactionId": f"q{i}",
                "payload": {"i": i}, "encrypted": False, "traceId": None, "producerSub": None}
               for i in range(2)]
-    (spool / "failed" / "queen-1600000000000-00000000.buf").write_bytes(encode_records(events))
+    (spool / "failed" / "queen-1600000000000-00000000.buf").write_bytes(encode_legacy_records(events))
     broker = start_broker(own_database, tmp, FILE_BUFFER_DIR=str(spool))
     yield broker
     broker.stop()

@@ -51,7 +51,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from actors.spool import encode_records
+from actors.spool.records import encode_legacy_records
 from broker.store.embedded_pg import EmbeddedPostgres
 from tests.conftest import ROOT, BrokerProcess, Database, db_fetch, free_port, start_broker
 from tests.waiting import wait_until
@@ -228,7 +228,7 @@ def seed_quarantine(spool: Path, queue: str) -> None:
                "payload": {"n": n}, "encrypted": False, "traceId": None, "producerSub": None}
               for n in range(QUARANTINED)]
     (spool / "failed").mkdir(parents=True)
-    (spool / "failed" / "queen-1600000000000-00000000.buf").write_bytes(encode_records(events))
+    (spool / "failed" / "queen-1600000000000-00000000.buf").write_bytes(encode_legacy_records(events))
 
 
 def quarantine_entries(target: Target) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 import actors.spool.writer as writer_mod
 from actors.spool import Spool, SpoolBacklog, SpoolError, SpoolFull, encode_records, read_records
-from actors.spool.records import NAME
+from actors.spool.records import NAME, encode_file, encode_legacy_records, frame_record
 from tests.waiting import wait_until_async
 
 
@@ -165,24 +165,40 @@ async def make(db, sdir):
 
 # -- file format and naming ------------------------------------------------------
 
-def test_reader_skips_bad_json_and_stops_at_torn_tail(tmp_path):
-    good = encode_records([ev("a"), ev("b")])
+def test_reader_of_the_previous_format_skips_bad_json_and_stops_at_torn_tail(tmp_path):
+    """Files the previous release wrote (no header, no checksums) still read."""
+    good = encode_legacy_records([ev("a"), ev("b")])
     bad = (5).to_bytes(4, "little") + b"{nope"
-    tail = encode_records([ev("c")])
+    tail = encode_legacy_records([ev("c")])
     path = tmp_path / "x.buf"
-    path.write_bytes(good + bad + encode_records([ev("d")]) + tail[:-3])
-    events, skipped, torn = read_records(path)
-    assert [e["transactionId"] for e in events] == ["a", "b", "d"]
-    assert skipped == 1 and torn
-    assert events[0]["payload"] == {"n": "a", "text": "héllo"}
+    path.write_bytes(good + bad + encode_legacy_records([ev("d")]) + tail[:-3])
+    scan = read_records(path)
+    assert [e["transactionId"] for e in scan.events] == ["a", "b", "d"] and scan.legacy
+    assert [(i, why) for i, _, why in scan.bad] == [(2, "unparseable")]
+    assert scan.torn == len(tail) - 3 and scan.good_end == path.stat().st_size - scan.torn
+    assert scan.events[0]["payload"] == {"n": "a", "text": "héllo"}
+
+
+def test_reader_keeps_records_around_a_damaged_one_and_stops_at_torn_tail(tmp_path):
+    records = [encode_records([ev(t)]) for t in "abcd"]
+    body = bytearray(encode_file([]) + b"".join(records[:3]))
+    body[len(encode_file([])) + len(records[0]) + 20] ^= 0x01  # one bit of b's payload
+    path = tmp_path / "x.buf"
+    path.write_bytes(bytes(body) + records[3][:-3])
+    scan = read_records(path)
+    assert [e["transactionId"] for e in scan.events] == ["a", "c"] and not scan.legacy
+    assert [(i, raw, why) for i, raw, why in scan.bad] == [(1, bytes(body[
+        len(encode_file([])) + len(records[0]):len(encode_file([])) + len(records[0])
+        + len(records[1])]), "corrupt")]
+    assert scan.torn == len(records[3]) - 3
 
 
 def test_encode_requires_transaction_id_and_defaults_partition(tmp_path):
     with pytest.raises(SpoolError):
         encode_records([{"queue": "q", "payload": 1}])
     path = tmp_path / "x.buf"
-    path.write_bytes(encode_records([{"queue": "q", "transactionId": "t", "payload": 1}]))
-    assert read_records(path)[0][0]["partition"] == "Default"
+    path.write_bytes(encode_file([{"queue": "q", "transactionId": "t", "payload": 1}]))
+    assert read_records(path).events[0]["partition"] == "Default"
 
 
 async def test_rotation_finalizes_files_named_in_creation_order(make, sdir):
@@ -190,13 +206,13 @@ async def test_rotation_finalizes_files_named_in_creation_order(make, sdir):
     ref = make(events_per_file=3, start_paused=True, clock=clock)
     spool = ref.proxy()
     for i in range(7):
-        await spool.append([ev(f"t{i}")])
+        await (await spool.append([ev(f"t{i}")]))
     bufs = files(sdir, ".buf")
     assert len(bufs) == 2 and len(files(sdir, ".tmp")) == 1
     assert (sdir / "failed").is_dir() and oct(sdir.stat().st_mode & 0o777) == "0o755"
     for p in bufs + files(sdir, ".tmp"):
         assert NAME.match(p.name), p.name
-    assert [[e["transactionId"] for e in read_records(p)[0]] for p in bufs] == [
+    assert [[e["transactionId"] for e in read_records(p).events] for p in bufs] == [
         ["t0", "t1", "t2"], ["t3", "t4", "t5"]]
     stats = await spool.stats()
     assert stats["pendingCount"] == 7 and stats["pendingFiles"] == 3 and stats["paused"]
@@ -210,11 +226,11 @@ async def test_rotation_finalizes_files_named_in_creation_order(make, sdir):
     clock2 = FixedClock(clock.t - 60)
     ref2 = make(events_per_file=3, start_paused=True, clock=clock2)
     assert (await ref2.proxy().stats())["pendingCount"] == 7  # counted at start
-    await ref2.proxy().append([ev("t7")])
+    await (await ref2.proxy().append([ev("t7")]))
     await ref2.stop(block=False)
     names = [p.name for p in files(sdir, ".buf")]
     assert names[:3] == sorted(old) and names[3] not in old and names == sorted(names)
-    assert [e["transactionId"] for e in read_records(sdir / names[3])[0]] == ["t7"]
+    assert [e["transactionId"] for e in read_records(sdir / names[3]).events] == ["t7"]
 
 
 # -- draining -----------------------------------------------------------------------
@@ -224,7 +240,7 @@ async def test_uploads_whole_files_in_per_partition_push_order(make, db, sdir):
     pushes = [[ev(f"{p}-{i}", partition=p) for p in ("a", "b") for i in range(n, n + 2)]
               for n in range(0, 10, 2)]
     for push in pushes:
-        await spool.append(push)
+        await (await spool.append(push))
     await wait_until_async(lambda: len(db.rows) == 20)
     assert db.tids("a") == [f"a-{i}" for i in range(10)]
     assert db.tids("b") == [f"b-{i}" for i in range(10)]
@@ -236,8 +252,8 @@ async def test_uploads_whole_files_in_per_partition_push_order(make, db, sdir):
 
 async def test_pause_holds_everything_resume_drains(make, db, sdir):
     spool = make(start_paused=True).proxy()
-    await spool.append([ev("a"), ev("b")])
-    await spool.append([ev("c")])
+    await (await spool.append([ev("a"), ev("b")]))
+    await (await spool.append([ev("c")]))
     await asyncio.sleep(0.05)  # proves nothing happens for ten drain periods: a sleep on purpose
     assert db.calls == 0 and db.rows == []
     assert files(sdir, ".buf") == [] and len(files(sdir, ".tmp")) == 1  # not even finalized
@@ -247,7 +263,7 @@ async def test_pause_holds_everything_resume_drains(make, db, sdir):
     assert db.tids() == ["a", "b", "c"]
     await wait_until_async(lambda: not [n for n in os.listdir(sdir) if n.startswith("queen-")])
     await spool.pause()
-    await spool.append([ev("d")])
+    await (await spool.append([ev("d")]))
     await asyncio.sleep(0.03)  # proves nothing drains while paused (six periods): a sleep on purpose
     assert len(db.rows) == 3
     assert (await spool.stats())["pendingCount"] == 1
@@ -256,7 +272,7 @@ async def test_pause_holds_everything_resume_drains(make, db, sdir):
 async def test_append_is_not_blocked_by_a_slow_replay(make, db, sdir):
     db.gate = asyncio.Event()
     spool = make().proxy()
-    await spool.append([ev("a")])
+    await (await spool.append([ev("a")]))
     await wait_until_async(lambda: db.calls == 1)  # the drain is stuck inside replay
     for i in range(5):
         await asyncio.wait_for(spool.append([ev(f"b{i}")]), 0.5)
@@ -270,7 +286,7 @@ async def test_uploading_a_file_twice_stages_nothing_twice(make, db, sdir, tmp_p
     """Invariant 41: crash after the commit, before the delete. The second
     upload finds the file in PostgreSQL's ledger and only deletes it."""
     spool = make(start_paused=True).proxy()
-    await spool.append([ev("a"), ev("b", "p1"), ev("c")])
+    await (await spool.append([ev("a"), ev("b", "p1"), ev("c")]))
     assert await spool.finalize()
     (buf,) = files(sdir, ".buf")
     shutil.copy(buf, tmp_path / "copy")
@@ -287,7 +303,7 @@ async def test_uploading_a_file_twice_stages_nothing_twice(make, db, sdir, tmp_p
 async def test_torn_last_record_still_replays_everything_before(make, db, sdir):
     """Invariant 43."""
     spool = make(start_paused=True).proxy()
-    await spool.append([ev(f"t{i}") for i in range(5)])
+    await (await spool.append([ev(f"t{i}") for i in range(5)]))
     await spool.finalize()
     (buf,) = files(sdir, ".buf")
     os.truncate(buf, buf.stat().st_size - 7)
@@ -299,9 +315,9 @@ async def test_torn_last_record_still_replays_everything_before(make, db, sdir):
 async def test_recover_finalizes_and_replays_a_crashed_runs_tmp(make, db, sdir):
     """Invariant 44: nothing of a crashed run's .tmp is lost, small files included."""
     sdir.mkdir()
-    (sdir / "queen-1700000000000-00000000.buf").write_bytes(encode_records([ev("old")]))
+    (sdir / "queen-1700000000000-00000000.buf").write_bytes(encode_file([ev("old")]))
     crashed = sdir / "queen-1700000000001-00000000.tmp"
-    crashed.write_bytes(encode_records([ev("x1"), ev("x2", "p1")])
+    crashed.write_bytes(encode_file([ev("x1"), ev("x2", "p1")])
                         + encode_records([ev("x3")])[:-2])  # torn mid-write
     assert crashed.stat().st_size < 1024
     (sdir / "queen-1700000000002-00000000.tmp").write_bytes(b"")  # empty: just deleted
@@ -316,7 +332,7 @@ async def test_recover_finalizes_and_replays_a_crashed_runs_tmp(make, db, sdir):
 async def test_recover_stops_at_first_failure_and_drain_continues(make, db, sdir):
     sdir.mkdir()
     for n in range(3):
-        (sdir / f"queen-170000000000{n}-00000000.buf").write_bytes(encode_records([ev(f"f{n}")]))
+        (sdir / f"queen-170000000000{n}-00000000.buf").write_bytes(encode_file([ev(f"f{n}")]))
     db.down = True
     spool = make(flush_ms=10).proxy()
     assert await spool.recover() == 0
@@ -330,8 +346,8 @@ async def test_transient_failures_keep_files_in_place_then_drain(make, db, sdir)
     """Invariant 45, first half: a down database never gets a file quarantined."""
     db.down = True
     spool = make(flush_ms=1, cooldown_after=1000).proxy()
-    await spool.append([ev("a")])
-    await spool.append([ev("b")])
+    await (await spool.append([ev("a")]))
+    await (await spool.append([ev("b")]))
     await wait_until_async(lambda: db.calls >= 20)
     assert (await spool.stats())["dbHealthy"] is False
     assert os.listdir(sdir / "failed") == []
@@ -348,7 +364,7 @@ async def test_transient_failures_keep_files_in_place_then_drain(make, db, sdir)
 async def test_transient_failures_cool_down(make, db, sdir):
     db.down = True
     spool = make(flush_ms=1, cooldown_after=3, cooldown_s=0.3).proxy()
-    await spool.append([ev("a")])
+    await (await spool.append([ev("a")]))
     await wait_until_async(lambda: db.calls >= 3)
     await asyncio.sleep(0.1)  # proves no upload is tried for 0.1 s (100 periods): a sleep on purpose
     assert db.calls == 3  # cooling down
@@ -362,9 +378,9 @@ async def test_a_rejected_event_is_quarantined_alone_and_its_neighbours_commit(m
     other event commits in order, and newer files drain after it."""
     db.poison = {"bad"}
     spool = make(start_paused=True, flush_ms=2).proxy()
-    await spool.append([ev("ok1"), ev("bad"), ev("ok3")])
+    await (await spool.append([ev("ok1"), ev("bad"), ev("ok3")]))
     await spool.finalize()
-    await spool.append([ev("ok4")])
+    await (await spool.append([ev("ok4")]))
     await spool.finalize()
     head = files(sdir, ".buf")[0].name
     await spool.resume()
@@ -386,7 +402,7 @@ async def test_rejected_events_are_set_aside_and_the_rest_uploaded_in_order(make
     them under savepoints); the spool quarantines them and uploads the rest."""
     db.poison = {"t03", "t07"}
     spool = make(start_paused=True, flush_ms=2).proxy()
-    await spool.append([ev(f"t{i:02d}") for i in range(12)])
+    await (await spool.append([ev(f"t{i:02d}") for i in range(12)]))
     await spool.resume()
     await wait_until_async(lambda: "t11" in db.tids())
     assert db.tids() == [f"t{i:02d}" for i in range(12) if i not in (3, 7)]
@@ -401,7 +417,7 @@ async def test_unstorable_events_of_an_older_version_are_quarantined_without_a_r
     sdir.mkdir()
     bad_nul = {**ev("nul"), "payload": "a\u0000b"}
     bad_trace = {**ev("trace"), "traceId": "{0190b7f2-6c3e-7d2a-9a41-3f5e8d1c2b7a}"}
-    body = encode_records([ev("a"), bad_nul, ev("b"), bad_trace, ev("c")])
+    body = encode_file([ev("a"), bad_nul, ev("b"), bad_trace, ev("c")])
     (sdir / "queen-1700000000000-00000000.buf").write_bytes(body)
     spool = make(flush_ms=10_000).proxy()
     assert await spool.recover() == 3
@@ -414,10 +430,10 @@ async def test_unstorable_events_of_an_older_version_are_quarantined_without_a_r
 
 async def test_unparseable_records_are_quarantined_raw(make, db, sdir):
     sdir.mkdir()
-    good = encode_records([ev("a")])
+    good = encode_file([ev("a")])
     junk = b"{not json"
     (sdir / "queen-1700000000000-00000000.buf").write_bytes(
-        good + len(junk).to_bytes(4, "little") + junk + encode_records([ev("b")]))
+        good + frame_record(junk) + encode_records([ev("b")]))
     spool = make(flush_ms=10_000).proxy()
     assert await spool.recover() == 2 and db.tids() == ["a", "b"]
     (entry,) = await spool.quarantine_list()
@@ -431,7 +447,7 @@ async def test_transient_failure_after_a_rejection_resumes_without_losing_or_rep
     db.poison = {"bad"}
     db.down_on = {2}  # [a, bad, c, d] refused naming "bad"; then the database is down
     spool = make(flush_ms=10_000).proxy()
-    await spool.append([ev("a"), ev("bad"), ev("c"), ev("d")])
+    await (await spool.append([ev("a"), ev("bad"), ev("c"), ev("d")]))
     await spool.finalize()
     assert await spool.recover() == 0
     assert db.tids() == []
@@ -446,7 +462,7 @@ async def test_files_older_versions_set_aside_become_quarantine_entries(make, db
     readable by the same tools: one entry per event, replayable."""
     (sdir / "failed").mkdir(parents=True)
     (sdir / "failed" / "queen-1600000000000-00000000.buf").write_bytes(
-        encode_records([ev("h1"), ev("h2")]))
+        encode_legacy_records([ev("h1"), ev("h2")]))
     spool = make(flush_ms=10_000).proxy()
     await spool.recover()
     assert os.listdir(sdir / "failed") == []
@@ -465,7 +481,7 @@ async def test_files_older_versions_set_aside_become_quarantine_entries(make, db
 async def test_replaying_a_quarantined_event_that_is_still_refused_keeps_it(make, db, sdir):
     db.poison = {"bad"}
     spool = make(start_paused=True, flush_ms=2).proxy()
-    await spool.append([ev("bad")])
+    await (await spool.append([ev("bad")]))
     await spool.resume()
     await wait_until_async(lambda: db.calls >= 1)
     # the entry is written right after the rejection
@@ -482,11 +498,11 @@ async def test_replaying_a_quarantined_event_that_is_still_refused_keeps_it(make
 
 async def test_a_push_past_the_byte_cap_is_refused_and_nothing_is_written(make, sdir):
     spool = make(start_paused=True, max_bytes=600).proxy()
-    await spool.append([ev("a"), ev("b")])
+    await (await spool.append([ev("a"), ev("b")]))
     before = (await spool.stats())["pendingBytes"]
     assert 0 < before < 600
     with pytest.raises(SpoolFull, match="FILE_BUFFER_MAX_BYTES"):
-        await spool.append([ev(f"x{i}") for i in range(5)])
+        await (await spool.append([ev(f"x{i}") for i in range(5)]))
     stats = await spool.stats()
     assert stats["pendingBytes"] == before and stats["pendingCount"] == 2
     assert stats["rejectedFull"] == 5
@@ -501,7 +517,7 @@ async def test_unusable_directory_raises_clear_spool_error(make, tmp_path):
     not_a_dir.write_text("x")
     spool = make(not_a_dir).proxy()
     with pytest.raises(SpoolError, match="spool write failed: .*Not a directory"):
-        await spool.append([ev("a"), ev("b")])
+        await (await spool.append([ev("a"), ev("b")]))
     stats = await spool.stats()
     assert stats["healthy"] is False and stats["failedCount"] == 2
     assert stats["pendingCount"] == 0
@@ -522,18 +538,18 @@ async def test_disk_full_midway_leaves_no_partial_request(make, db, sdir, monkey
 
     monkeypatch.setattr(writer_mod, "_os_write", write)
     spool = make(start_paused=True).proxy()
-    await spool.append([ev("a1"), ev("a2")])
+    await (await spool.append([ev("a1"), ev("a2")]))
     (tmp,) = files(sdir, ".tmp")
     size = tmp.stat().st_size
     budget["bytes"] = 30  # the next push gets 30 bytes onto disk, then ENOSPC
     with pytest.raises(SpoolError) as err:
-        await spool.append([ev("b1"), ev("b2"), ev("b3")])
+        await (await spool.append([ev("b1"), ev("b2"), ev("b3")]))
     assert str(err.value) == "spool write failed: [Errno 28] No space left on device"
     assert tmp.stat().st_size == size
     stats = await spool.stats()
     assert stats["healthy"] is False and stats["failedCount"] == 3 and stats["pendingCount"] == 2
     budget["bytes"] = None  # space again
-    await spool.append([ev("c1")])
+    await (await spool.append([ev("c1")]))
     assert (await spool.stats())["healthy"] is True
     await spool.resume()
     await wait_until_async(lambda: len(db.rows) == 3)
@@ -569,9 +585,9 @@ async def test_backlog_counts_appends_across_partitions(make, sdir):
     spool = ref.proxy()
     backlog = await spool.backlog_ref()
     assert isinstance(backlog, SpoolBacklog) and backlog.total() == 0
-    await spool.append([ev("a0", "a"), ev("b0", "b")])
-    await spool.append([ev("a1", "a"), ev("a2", "a"), ev("c0", "c", queue="q2")])  # rotates
-    await spool.append([ev("b1", "b")])
+    await (await spool.append([ev("a0", "a"), ev("b0", "b")]))
+    await (await spool.append([ev("a1", "a"), ev("a2", "a"), ev("c0", "c", queue="q2")]))  # rotates
+    await (await spool.append([ev("b1", "b")]))
     # the very object the spool keeps up to date, read without a round trip
     assert backlog is await spool.backlog_ref()
     assert counts(backlog) == {("q", "a"): 3, ("q", "b"): 2, ("q2", "c"): 1}
@@ -588,8 +604,8 @@ async def test_backlog_holds_until_the_upload_returned(make, db, sdir):
     spool = ref.proxy()
     backlog = await spool.backlog_ref()
     db.probe = lambda when, events: seen.append((when, backlog.count("q", "a"), backlog.count("q", "b")))
-    await spool.append([ev("a0", "a"), ev("a1", "a"), ev("a2", "a")])
-    await spool.append([ev("b0", "b")])
+    await (await spool.append([ev("a0", "a"), ev("a1", "a"), ev("a2", "a")]))
+    await (await spool.append([ev("b0", "b")]))
     await wait_until_async(lambda: db.calls == 1)  # the drain is stuck inside the first upload
     await asyncio.sleep(0.02)  # proves the counts stay while it is stuck: a sleep on purpose
     assert backlog.holds([("q", "a")]) and backlog.holds([("q", "b")])
@@ -610,9 +626,9 @@ async def test_an_upload_registers_what_is_left_and_holds_its_own_partitions(mak
     time still to come: a push appended during the upload is held for too."""
     db.gate = asyncio.Event()
     spool = make(events_per_file=2).proxy()
-    await spool.append([ev("a0", "a"), ev("b0", "b")])  # file 1
+    await (await spool.append([ev("a0", "a"), ev("b0", "b")]))  # file 1
     await wait_until_async(lambda: db.calls == 1)
-    await spool.append([ev("b1", "b")])  # the active file
+    await (await spool.append([ev("b1", "b")]))  # the active file
     db.gate.set()
     await wait_until_async(lambda: db.tids() == ["a0", "b0", "b1"])
     first = db.oldest[0]
@@ -626,9 +642,9 @@ async def test_backlog_holds_pushes_spooled_during_a_drain(make, db, sdir):
     db.gate = asyncio.Event()
     spool = make().proxy()
     backlog = await spool.backlog_ref()
-    await spool.append([ev("a0", "a")])
+    await (await spool.append([ev("a0", "a")]))
     await wait_until_async(lambda: db.calls == 1)
-    await spool.append([ev("a1", "a")])  # sticky: the broker diverted it here
+    await (await spool.append([ev("a1", "a")]))  # sticky: the broker diverted it here
     assert backlog.count("q", "a") == 2
     db.gate.set()
     await wait_until_async(lambda: db.calls == 2)
@@ -652,34 +668,34 @@ async def test_backlog_ignores_a_failed_append(make, sdir, monkeypatch, tmp_path
     monkeypatch.setattr(writer_mod, "_os_write", write)
     spool = make(start_paused=True).proxy()
     backlog = await spool.backlog_ref()
-    await spool.append([ev("a1", "a")])
+    await (await spool.append([ev("a1", "a")]))
     budget["bytes"] = 30  # part of the next push reaches the disk, then ENOSPC: rolled back
     with pytest.raises(SpoolError):
-        await spool.append([ev("a2", "a"), ev("b1", "b")])
+        await (await spool.append([ev("a2", "a"), ev("b1", "b")]))
     assert counts(backlog) == {("q", "a"): 1}
 
     # rolling back fails as well: the file is finalized with a torn tail, still not counted
     monkeypatch.setattr(writer_mod, "_os_ftruncate", lambda fd, size: (_ for _ in ()).throw(OSError(5, "EIO")))
     budget["bytes"] = 30
     with pytest.raises(SpoolError):
-        await spool.append([ev("a3", "a"), ev("c1", "c")])
+        await (await spool.append([ev("a3", "a"), ev("c1", "c")]))
     assert counts(backlog) == {("q", "a"): 1}
 
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
     broken = make(not_a_dir).proxy()
     with pytest.raises(SpoolError):
-        await broken.append([ev("x", "a")])
+        await (await broken.append([ev("x", "a")]))
     assert (await broken.backlog_ref()).total() == 0
 
 
 async def test_backlog_counts_files_found_at_start(make, db, sdir):
     sdir.mkdir()
     (sdir / "queen-1700000000000-00000000.buf").write_bytes(
-        encode_records([ev("a0", "a"), ev("b0", "b"), ev("a1", "a"), ev("x0", "x", queue="q2")])
-        + (5).to_bytes(4, "little") + b"{nope")  # unparseable: no partition to hold
+        encode_file([ev("a0", "a"), ev("b0", "b"), ev("a1", "a"), ev("x0", "x", queue="q2")])
+        + frame_record(b"{nope"))  # unparseable: no partition to hold
     (sdir / "queen-1700000000001-00000000.tmp").write_bytes(  # a crashed run's active file
-        encode_records([ev("b1", "b"), ev("c0", "c")])
+        encode_file([ev("b1", "b"), ev("c0", "c")])
         + encode_records([ev("d0", "d")])[:-2])  # torn: never acknowledged, not counted
     (sdir / "queen-1700000000002-00000000.tmp").write_bytes(b"")
     ref = make(flush_ms=10_000)
@@ -695,8 +711,8 @@ async def test_backlog_counts_files_found_at_start(make, db, sdir):
 async def test_backlog_drops_quarantined_events(make, db, sdir):
     sdir.mkdir()
     (sdir / "queen-1700000000000-00000000.buf").write_bytes(
-        encode_records([ev("a0", "a"), ev("bad", "p"), ev("p1", "p"), ev("a1", "a")]))
-    (sdir / "queen-1700000000001-00000000.buf").write_bytes(encode_records([ev("a2", "a")]))
+        encode_file([ev("a0", "a"), ev("bad", "p"), ev("p1", "p"), ev("a1", "a")]))
+    (sdir / "queen-1700000000001-00000000.buf").write_bytes(encode_file([ev("a2", "a")]))
     db.poison = {"bad"}
     spool = make(flush_ms=10_000).proxy()  # recover() drives every attempt
     backlog = await spool.backlog_ref()
@@ -710,8 +726,8 @@ async def test_backlog_keeps_counts_through_transient_failures(make, db, sdir):
     db.down = True
     spool = make(flush_ms=1, cooldown_after=1000).proxy()
     backlog = await spool.backlog_ref()
-    await spool.append([ev("a0", "a"), ev("b0", "b")])
-    await spool.append([ev("a1", "a")])
+    await (await spool.append([ev("a0", "a"), ev("b0", "b")]))
+    await (await spool.append([ev("a1", "a")]))
     await wait_until_async(lambda: db.calls >= 10)
     assert counts(backlog) == {("q", "a"): 2, ("q", "b"): 1}
     assert await spool.recover() == 0
@@ -724,8 +740,8 @@ async def test_backlog_keeps_counts_through_transient_failures(make, db, sdir):
 async def test_backlog_retried_file_subtracts_once(make, db, sdir):
     sdir.mkdir()
     (sdir / "queen-1700000000000-00000000.buf").write_bytes(
-        encode_records([ev(f"a{i}", "a") for i in range(6)]))
-    (sdir / "queen-1700000000001-00000000.buf").write_bytes(encode_records([ev("a6", "a")]))
+        encode_file([ev(f"a{i}", "a") for i in range(6)]))
+    (sdir / "queen-1700000000001-00000000.buf").write_bytes(encode_file([ev("a6", "a")]))
     db.down_on = {2}  # the second file fails once
     spool = make(flush_ms=10_000).proxy()
     backlog = await spool.backlog_ref()
@@ -742,12 +758,12 @@ async def test_backlog_ignores_a_file_uploaded_again_after_its_delete(make, db, 
     release newer spooled events of the same partition."""
     spool = make(flush_ms=10_000).proxy()
     backlog = await spool.backlog_ref()
-    await spool.append([ev("a0", "a"), ev("a1", "a")])
+    await (await spool.append([ev("a0", "a"), ev("a1", "a")]))
     assert await spool.finalize()
     (buf,) = files(sdir, ".buf")
     shutil.copy(buf, tmp_path / "copy")
     assert await spool.recover() == 2 and backlog.total() == 0
-    await spool.append([ev("a2", "a")])  # active file, not drained yet
+    await (await spool.append([ev("a2", "a")]))  # active file, not drained yet
     shutil.copy(tmp_path / "copy", buf)
     assert await spool.recover() == 0 and db.duplicates == 0  # the ledger: skipped
     assert counts(backlog) == {("q", "a"): 1}
@@ -761,7 +777,7 @@ async def test_backlog_follows_a_stranded_tmp_file(make, db, sdir, monkeypatch):
     counted once when it finally becomes drainable."""
     spool = make(flush_ms=10_000).proxy()
     backlog = await spool.backlog_ref()
-    await spool.append([ev("a0", "a")])
+    await (await spool.append([ev("a0", "a")]))
     real_rename = os.rename
 
     def no_rename(src, dst):
@@ -776,3 +792,139 @@ async def test_backlog_follows_a_stranded_tmp_file(make, db, sdir, monkeypatch):
     monkeypatch.setattr(os, "rename", real_rename)
     assert await spool.recover() == 1
     assert backlog.total() == 0 and (await spool.stats())["pendingCount"] == 0
+
+
+# -- durability: what "buffered" waits for (FILE_BUFFER_FSYNC) -----------------------
+
+class GatedSync:
+    """Stands in for the writer's fdatasync (run in a thread): each call waits until the
+    test opens the gate, records the file's size it covered, then syncs for real (or
+    raises EIO when told to)."""
+
+    def __init__(self, monkeypatch) -> None:
+        import threading
+        self.real = writer_mod._datasync
+        self.started = threading.Semaphore(0)
+        self.gate = threading.Semaphore(0)
+        self.covered: list[int] = []
+        self.fail = False
+        monkeypatch.setattr(writer_mod, "_datasync", self)
+
+    def __call__(self, fd: int, directory) -> None:
+        self.covered.append(os.fstat(fd).st_size)  # what the file held as the sync began
+        self.started.release()
+        self.gate.acquire(timeout=10)
+        if self.fail:
+            import errno
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        self.real(fd, directory)
+
+    async def wait_started(self) -> None:
+        assert await asyncio.to_thread(self.started.acquire, True, 10), "no sync started"
+
+    def open(self, times: int = 1) -> None:
+        for _ in range(times):
+            self.gate.release()
+
+
+async def test_a_spooled_push_is_acknowledged_only_after_a_sync_covering_it(
+        make, sdir, monkeypatch):
+    """Group commit: one sync runs at a time; the pushes written while it runs wait for
+    the next one, which covers them all; none is answered before its sync returns."""
+    sync = GatedSync(monkeypatch)
+    spool = make(start_paused=True).proxy()
+    first = await spool.append([ev("a")])
+    await sync.wait_started()
+    later = [await spool.append([ev(t)]) for t in ("b", "c", "d")]
+    await asyncio.sleep(0.05)  # give a wrongly early answer the chance to show
+    assert not first.done() and not any(f.done() for f in later)
+    sync.open()
+    await first
+    assert not any(f.done() for f in later)  # written after the first sync began
+    await sync.wait_started()
+    sync.open()
+    await asyncio.gather(*later)
+    (tmp,) = files(sdir, ".tmp")
+    assert len(sync.covered) == 2 and sync.covered[0] < sync.covered[1] == tmp.stat().st_size
+    stats = await spool.stats()
+    assert stats["syncs"] == 2 and stats["fsync"] == "always" and stats["syncFailures"] == 0
+
+
+async def test_a_failed_sync_answers_its_pushes_with_an_error_and_keeps_only_what_was_synced(
+        make, db, sdir, monkeypatch):
+    """A failed fsync is a failed write: the pushes it covered are refused, the file is
+    cut back to its last good sync and never trusted past it, and the next push goes to a
+    fresh file; every acknowledged push drains."""
+    sync = GatedSync(monkeypatch)
+    ref = make(start_paused=True, flush_ms=10_000)
+    spool = ref.proxy()
+    ok = await spool.append([ev("ok1")])
+    sync.open()
+    await ok
+    sync.fail = True
+    doomed = [await spool.append([ev(t)]) for t in ("x1", "x2")]
+    sync.open(2)
+    for f in doomed:
+        with pytest.raises(SpoolError, match="fsync failed"):
+            await f
+    stats = await until_stats(spool, lambda s: s["syncFailures"] == 1)
+    assert not stats["healthy"] and stats["failedCount"] == 2
+    sync.fail = False
+    after = await spool.append([ev("ok2")])
+    sync.open()
+    await after
+    await spool.resume()
+    await wait_until_async(lambda: len(db.rows) == 2)
+    assert db.tids() == ["ok1", "ok2"]  # the refused pushes are not delivered
+    assert (await spool.stats())["healthy"]
+
+
+async def test_interval_policy_answers_at_once_and_syncs_within_the_window(
+        make, sdir, monkeypatch):
+    calls: list[int] = []
+    real = writer_mod._datasync
+    monkeypatch.setattr(writer_mod, "_datasync",
+                        lambda fd, d: (calls.append(fd), real(fd, d)))
+    spool = make(start_paused=True, sync_interval_ms=50).proxy()
+    for t in ("a", "b", "c"):
+        assert (await spool.append([ev(t)])).done()
+    assert calls == []
+    stats = await until_stats(spool, lambda s: s["syncs"] >= 1)
+    assert stats["fsync"] == "interval:50" and len(calls) == 1
+
+
+async def test_start_cuts_a_torn_tail_and_quarantines_a_damaged_record_while_its_neighbours_drain(
+        make, db, sdir):
+    sdir.mkdir()
+    head = encode_file([ev("a")])
+    damaged = bytearray(encode_records([ev("b")]))
+    damaged[-5] ^= 0x04  # one bit inside the payload's text: valid JSON, other content
+    tail = encode_records([ev("d")])
+    path = sdir / "queen-1700000000000-00000000.tmp"
+    path.write_bytes(head + bytes(damaged) + encode_records([ev("c")]) + tail[:-4])
+    spool = make(flush_ms=10_000).proxy()
+    stats = await spool.stats()
+    assert stats["tornBytesCut"] == len(tail) - 4 and stats["damagedRecords"] == 1
+    assert (sdir / "queen-1700000000000-00000000.buf").stat().st_size == \
+        len(head) + len(damaged) + len(encode_records([ev("c")]))
+    assert await spool.recover() == 2 and db.tids() == ["a", "c"]
+    (entry,) = await spool.quarantine_list()
+    assert entry["reason"] == "corrupt" and entry["id"].endswith("-raw00000001")
+    import base64
+    raw = base64.b64decode((await spool.quarantine_get(entry["id"]))["rawBase64"])
+    assert raw == bytes(damaged)
+
+
+async def test_a_new_spool_id_is_on_disk_before_it_is_used(make, sdir, monkeypatch):
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    spool = make(start_paused=True).proxy()
+    ident = await spool.identity()
+    assert (sdir / "spool-id").read_text().strip() == ident
+    assert synced[-2:] == [str(sdir / "spool-id.part"), str(sdir)]  # the file, then its name

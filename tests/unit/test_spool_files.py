@@ -32,8 +32,8 @@ def parts(tmp_path):
 
 async def test_a_file_from_append_to_finished(parts):
     files, writer = parts
-    await writer.append([ev("a0", "a"), ev("b0", "b")])
-    await writer.append([ev("a1", "a")])
+    await (await writer.append([ev("a0", "a"), ev("b0", "b")]))
+    await (await writer.append([ev("a1", "a")]))
     active = files.active
     assert active is not None and active.state is FileState.ACTIVE and active.fd is not None
     assert active.events == 3 and active.size == active.path.stat().st_size == files.bytes
@@ -51,19 +51,19 @@ async def test_a_file_from_append_to_finished(parts):
 
 
 async def test_a_file_being_finalized_still_holds_its_partitions(parts, monkeypatch):
-    """While the active file is fsynced and renamed (in a thread), what the drain registers
+    """While the active file is closed and renamed (in a thread), what the drain registers
     still lists its partitions: it is neither active nor finished for that while."""
     files, writer = parts
     entered, release = threading.Event(), threading.Event()
-    real = writer_mod._sync_and_close
+    real = writer_mod._seal
 
-    def slow_sync(fd, path, sync):
+    def slow_seal(fd, keep, sync):
         entered.set()
         release.wait(10)
-        real(fd, path, sync)
+        real(fd, keep, sync)
 
-    monkeypatch.setattr(writer_mod, "_sync_and_close", slow_sync)
-    await writer.append([ev("a0", "a")])
+    monkeypatch.setattr(writer_mod, "_seal", slow_seal)
+    await (await writer.append([ev("a0", "a")]))
     want = files.oldest_map()
     task = asyncio.ensure_future(writer.finalize_active())
     await wait_until_async(entered.is_set, 5, "the fsync to start")

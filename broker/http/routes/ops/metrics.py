@@ -198,6 +198,22 @@ class SnapshotCollector:
             yield counter("queen_file_buffer_rejected_full_total",
                           "Pushed items refused with 503 because the spool was full", [],
                           [([], spool.get("rejectedFull", 0))])
+            yield counter("queen_file_buffer_syncs_total",
+                          "fdatasync calls that made spooled pushes durable", [],
+                          [([], spool.get("syncs", 0))])
+            yield counter("queen_file_buffer_sync_failures_total",
+                          "Spool fsyncs that failed (their pushes were answered 503)", [],
+                          [([], spool.get("syncFailures", 0))])
+            yield counter("queen_file_buffer_unsafe_acknowledged_total",
+                          "Pushes acknowledged before a sync that then failed "
+                          "(FILE_BUFFER_FSYNC=interval only)", [],
+                          [([], spool.get("unsafeAcknowledged", 0))])
+            yield counter("queen_file_buffer_damaged_records_total",
+                          "Spool records that failed their checksum (quarantined)", [],
+                          [([], spool.get("damagedRecords", 0))])
+            yield counter("queen_file_buffer_torn_bytes_total",
+                          "Bytes of torn last records cut off at start (never acknowledged)",
+                          [], [([], spool.get("tornBytesCut", 0))])
             staging = spool.get("staging") or {}
             yield gauge("queen_staged_events",
                         "Staged pushes (queen.staged) not merged into the queues yet",
