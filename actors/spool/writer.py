@@ -33,6 +33,7 @@ finalizes its ``.tmp`` files: nothing is deleted unuploaded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections import Counter
@@ -60,10 +61,13 @@ from actors.spool.records import (
     event_pair,
     read_records,
 )
+from broker.core.logs import Throttle, dropped_note
 
 __all__ = ["Recovered", "SpoolWriter"]
 
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+
+_SYNC_FAILURE_LINES = Throttle(60.0)  # a failing disk fails every push: a line a minute
 
 # Indirections so tests can inject disk-full errors without patching os itself.
 _os_write = os.write
@@ -256,7 +260,7 @@ class SpoolWriter:
         done: asyncio.Future[None] = loop.create_future()
         if self.sync_interval_s is not None:  # acknowledged on write; synced within the window
             done.set_result(None)
-            if file.sync_timer is None and file.syncing is None:
+            if file.sync_timer is None:
                 file.sync_timer = loop.call_later(self.sync_interval_s, self._sync_soon, file)
             file.unsynced_events += events
             return done
@@ -268,9 +272,14 @@ class SpoolWriter:
     def _sync_soon(self, file: SpoolFile) -> None:
         """interval mode: the window of ``file`` is over."""
         file.sync_timer = None
-        if file.fd is not None and file.syncing is None and file.size > file.synced:
-            file.syncing = asyncio.get_running_loop().create_task(self._sync(file),
-                                                                  name="spool-sync")
+        if file.fd is None or file.size <= file.synced:
+            return
+        loop = asyncio.get_running_loop()
+        assert self.sync_interval_s is not None  # only interval mode sets timers
+        if file.syncing is not None:  # one sync at a time: look again after this one
+            file.sync_timer = loop.call_later(self.sync_interval_s, self._sync_soon, file)
+        else:
+            file.syncing = loop.create_task(self._sync(file), name="spool-sync")
 
     async def _sync(self, file: SpoolFile) -> None:
         """Sync ``file`` until nobody waits on it: each round covers every byte written
@@ -314,11 +323,13 @@ class SpoolWriter:
             # interval mode: these were acknowledged already. The kernel may have dropped
             # their pages; they survive a process crash, maybe not a host crash.
             self.unsafe_acknowledged += unsynced
-        logger.error("spool: fsync of {} failed ({}): {} event(s) not acknowledged (503){}; "
-                     "the file is cut back to its last good sync and appends go to a new "
-                     "file", file.name, exc, refused,
-                     f", {unsynced} acknowledged event(s) may not survive a host crash"
-                     if unsynced else "")
+        dropped = _SYNC_FAILURE_LINES.allow("sync")
+        if dropped is not None or unsynced:
+            logger.error("spool: fsync of {} failed ({}): {} event(s) not acknowledged (503){}; "
+                         "the file is cut back to its last good sync and appends go to a new "
+                         "file{}", file.name, exc, refused,
+                         f", {unsynced} acknowledged event(s) may not survive a host crash"
+                         if unsynced else "", dropped_note(dropped or 0))
         if self.files.active is file:
             self.files.active = None
             task = asyncio.get_running_loop().create_task(self._finish(file),
@@ -436,10 +447,11 @@ def _seal(fd: int, keep: int | None, sync: bool) -> None:
         if keep is not None:
             try:
                 os.ftruncate(fd, keep)
-                os.fsync(fd)  # best effort: the synced part is durable already
             except OSError as exc:
                 logger.error("spool: cannot cut a file back to its last good sync ({}); "
                              "pushes answered 503 may still be delivered", exc)
+            with contextlib.suppress(OSError):  # best effort: the part kept is durable already
+                os.fsync(fd)
         elif sync:
             os.fdatasync(fd)
     finally:
