@@ -22,7 +22,7 @@ from broker.store.db import Store, now_us
 from tests.conftest import Database, start_broker
 from tests.waiting import wait_until_async
 
-WAIT_MS = 2000
+WAIT_MS = 5000  # long enough that a push right after a broker start comes within it
 
 
 def push_one(url: str, queue: str, partition: str, txid: str) -> str:
