@@ -50,7 +50,7 @@ from pykka import ActorDeadError
 
 from actors.metric_minutes import Minute, MinuteBook, leaf_tree
 from actors.runtime import AsyncioActor
-from broker.core.telemetry import QUEUE_COUNTERS
+from broker.core.telemetry import QUEUE_COUNTERS, telemetry
 from broker.store import jobs
 from broker.store.health import is_outage
 
@@ -194,13 +194,21 @@ class RetentionJob(PeriodicJob):
 
     def __init__(self, store: Any, *, interval_ms: int, batch_size: int,
                  partition_cleanup_days: int, metrics_retention_days: int,
-                 acquire_timeout_s: float = 5.0, first_delay_s: float | None = None) -> None:
+                 acquire_timeout_s: float = 5.0, first_delay_s: float | None = None,
+                 spool_forget_ms: int = 0, spool_wait_ms: int = 30_000) -> None:
         super().__init__(interval_ms, first_delay_s)
         self._store = store
         self._batch = batch_size
         self._cleanup_days = partition_cleanup_days
         self._metrics_days = metrics_retention_days
         self._acquire_timeout = acquire_timeout_s
+        self._spool_forget_ms = spool_forget_ms  # FILE_BUFFER_ORDER_FORGET_MS; 0: never
+        self._spool_wait_ms = spool_wait_ms      # FILE_BUFFER_ORDER_WAIT_MS
+        # Monotonic time since which every cycle reached the database (None: the last one
+        # failed). Spools are judged silent only after FILE_BUFFER_ORDER_WAIT_MS of it: after
+        # an outage no spool could beat, and each live one beats again within that time.
+        self._reached_since: float | None = None
+        self.spools_forgotten = 0              # spools whose rows this job removed
         self.deleted: Counter = Counter()        # by retention type, since start
         self.partitions_dropped = 0
         self.purged: Counter = Counter()         # by table, since start
@@ -222,13 +230,19 @@ class RetentionJob(PeriodicJob):
         return self.lock_ends.sessions_lost
 
     async def _cycle(self, **_options: Any) -> dict:
-        async with jobs.retention_lock(self._store, batch=self._batch,
-                                       acquire_timeout_s=self._acquire_timeout,
-                                       counters=self.lock_ends,
-                                       unlock_timeout_s=UNLOCK_TIMEOUT_S) as session:
-            if session is None:
-                return {"skipped": True}
-            return await self._sweep(session)
+        try:
+            async with jobs.retention_lock(self._store, batch=self._batch,
+                                           acquire_timeout_s=self._acquire_timeout,
+                                           counters=self.lock_ends,
+                                           unlock_timeout_s=UNLOCK_TIMEOUT_S) as session:
+                if self._reached_since is None:
+                    self._reached_since = time.monotonic()
+                if session is None:
+                    return {"skipped": True}
+                return await self._sweep(session)
+        except Exception:
+            self._reached_since = None
+            raise
 
     async def _sweep(self, session: jobs.RetentionSession) -> dict:
         deleted: dict[str, int] = {}
@@ -246,7 +260,28 @@ class RetentionJob(PeriodicJob):
         kv_purged = await session.purge_dead_kv()
         self.purged["kv"] += kv_purged
         return {"skipped": False, "deleted": deleted, "partitionsDropped": dropped,
-                "purged": purged, "kvPurged": kv_purged}
+                "purged": purged, "kvPurged": kv_purged,
+                "spoolsForgotten": await self._forget_spools(session)}
+
+    async def _forget_spools(self, session: jobs.RetentionSession) -> list[str]:
+        """Remove the holds of spools silent for FILE_BUFFER_ORDER_FORGET_MS (docs/behaviour.md
+        §5.8): past FILE_BUFFER_ORDER_WAIT_MS they no longer hold back a broker that has beaten
+        that long, but they would again, for that long, each time a broker starts beating
+        (at its start, or when its spool fills after a pause). A spool that comes back
+        registers anew; its late pushes land with a counted order exception, as they would
+        have anyway."""
+        if not self._spool_forget_ms or self._reached_since is None:
+            return []
+        if time.monotonic() - self._reached_since < self._spool_wait_ms / 1000:
+            return []
+        forgotten = await session.forget_silent_spools(self._spool_forget_ms)
+        for spool, partitions in forgotten:
+            logger.warning("retention: spool {} was silent for more than {} ms "
+                           "(FILE_BUFFER_ORDER_FORGET_MS); its holds on {} partition(s) are "
+                           "removed", spool, self._spool_forget_ms, partitions)
+            telemetry.spool_holds_ended["expired"] += partitions
+        self.spools_forgotten += len(forgotten)
+        return [spool for spool, _ in forgotten]
 
     def _describe(self, result: dict) -> str:
         d = result["deleted"]
@@ -259,7 +294,7 @@ class RetentionJob(PeriodicJob):
                 "deleted": dict(self.deleted), "partitionsDropped": self.partitions_dropped,
                 "purged": dict(self.purged), "unlockNotHeld": self.unlock_not_held,
                 "connectionsDiscarded": self.connections_discarded,
-                "sessionsLost": self.sessions_lost}
+                "sessionsLost": self.sessions_lost, "spoolsForgotten": self.spools_forgotten}
 
 
 # ---------------------------------------------------------------------------
@@ -551,7 +586,9 @@ async def start_jobs(*, store: Any, settings: Any, telemetry: Any,
         batch_size=settings.retention_batch_size,
         partition_cleanup_days=settings.partition_cleanup_days,
         metrics_retention_days=settings.metrics_retention_days,
-        acquire_timeout_s=acquire_timeout)
+        acquire_timeout_s=acquire_timeout,
+        spool_forget_ms=settings.file_buffer_order_forget_ms,
+        spool_wait_ms=settings.file_buffer_order_wait_ms)
     stats = StatsJob.start(store, interval_ms=settings.stats_interval_ms)
     metrics = MetricsCollector.start(
         store, interval_ms=settings.metrics_flush_ms, telemetry=telemetry, gauges=gauges,

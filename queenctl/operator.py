@@ -1,5 +1,5 @@
 """queenctl's operator groups: consumer groups, dead letters, messages, maintenance, the
-spool's quarantine and the background jobs."""
+spool's quarantine, the cluster's spool holds and the background jobs."""
 from __future__ import annotations
 
 import sys
@@ -314,6 +314,64 @@ def quarantine_discard(ctx: click.Context, ident: str, yes: bool) -> None:
     confirm(ctx, yes, f"discard quarantined event {ident!r}")
     answer = call(ctx, "DELETE", f"{QUARANTINE}/{seg(ident)}")
     emit(ctx, answer, lambda a: f"discarded {ident}")
+
+
+# -- the cluster's spool holds -------------------------------------------------------
+
+SPOOLS = "/api/v1/system/spools"
+
+
+@cli.group(invoke_without_command=True)
+@click.pass_context
+def spools(ctx: click.Context) -> None:
+    """Spools holding partitions back, cluster-wide; without a subcommand, list them.
+
+    A broker's spool registers the partitions it holds spooled pushes for (queen.spool_backlog,
+    with a heartbeat); pushes to them are staged behind it so each partition keeps its order.
+    A spool silent for FILE_BUFFER_ORDER_WAIT_MS no longer holds back a broker that has beaten
+    that long; the retention job removes a spool silent for FILE_BUFFER_ORDER_FORGET_MS."""
+    if ctx.invoked_subcommand is None:
+        _spools_list(ctx)
+
+
+def _spools_list(ctx: click.Context) -> None:
+    answer = call(ctx, "GET", SPOOLS)
+    emit(ctx, answer, lambda a: table(a["spools"], [
+        ("spool", "spool"), ("state", lambda r: "silent" if r["silent"] else "live"),
+        ("partitions", "partitions"), ("last heartbeat", "lastHeartbeat"),
+        ("silent s", "silentSeconds"), ("oldest push", "oldestAcceptedAt")],
+        empty="(no spool holds partitions)") + (
+        f"\n{a['silentHeldPartitions']} partition(s) held by {a['silentSpools']} silent "
+        f"spool(s) (silent: no heartbeat for {a['boundMs']} ms)" if a["spools"] else ""))
+
+
+@spools.command("list")
+@click.pass_context
+def spools_list(ctx: click.Context) -> None:
+    """Every spool holding partitions: live or silent, how many, its last heartbeat."""
+    _spools_list(ctx)
+
+
+@spools.command("release")
+@click.argument("spool_id")
+@click.option("--force", is_flag=True,
+              help="Release it even though it beat within FILE_BUFFER_ORDER_WAIT_MS (it looks "
+                   "alive): only for a spool whose disk is gone for good.")
+@yes_option
+@click.pass_context
+def spools_release(ctx: click.Context, spool_id: str, force: bool, yes: bool) -> None:
+    """Release SPOOL_ID's holds: delete its queen.spool_backlog rows and its heartbeat row, so
+    no push waits behind it any more.
+
+    What releasing means: if that spool's disk ever comes back, its pushes land later than
+    pushes accepted after them, each counted as an order exception; nothing already in
+    PostgreSQL changes (staged and stored messages stay as they are). The broker refuses
+    (exit 1) a spool that beat within FILE_BUFFER_ORDER_WAIT_MS unless --force, and the
+    name (staged) always; exit 3 when no spool has that id."""
+    confirm(ctx, yes, f"release the holds of spool {spool_id!r}")
+    answer = call(ctx, "POST", f"{SPOOLS}/{seg(spool_id)}/release", body={"force": force})
+    emit(ctx, answer, lambda a: f"released {spool_id}: {a['partitions']} partition(s) "
+                                f"(last heartbeat {a['lastHeartbeat'] or 'never'})")
 
 
 # -- background jobs -----------------------------------------------------------------

@@ -272,6 +272,11 @@ VARIABLES: list[Variable] = [
        "How long a broker that registered spooled pushes for a partition and then went silent "
        "(no heartbeat) holds that partition back; after it, the others proceed and its late "
        "pushes land with a counted order exception.", _POSITIVE),
+    _v("FILE_BUFFER_ORDER_FORGET_MS", "3600000", "ms",
+       "How long a spool that holds partitions may stay silent before the retention job deletes "
+       "its rows (queen.spool_backlog, queen.spool_servers): a spool whose disk is gone for good "
+       "then stops holding its partitions for good. 0 never deletes them. Must be at least twice "
+       "FILE_BUFFER_ORDER_WAIT_MS.", _int(0)),
     _v("FILE_BUFFER_MAX_BYTES", "1073741824", "bytes",
        "Most bytes of spool files waiting to be replayed; a push that would pass it answers 503 "
        "with Retry-After instead of being acknowledged (the quarantine is not counted).",
@@ -402,6 +407,7 @@ class Settings:
     file_buffer_events_per_file: int
     file_buffer_fsync: int | None  # None: always; else the interval in ms
     file_buffer_order_wait_ms: int
+    file_buffer_order_forget_ms: int
     file_buffer_max_bytes: int
     # Background jobs
     retention_interval: int
@@ -655,6 +661,12 @@ def _check_relations(v: dict[str, Any]) -> None:
             f"QUEEN_SYNC_DEAD_THRESHOLD_MS must be greater than QUEEN_SYNC_HEARTBEAT_MS "
             f"({v['queen_sync_heartbeat_ms']}), got {v['queen_sync_dead_threshold_ms']}"
         )
+    # Forgetting a spool within the bounded wait would end holds the wait still keeps.
+    forget, wait = v["file_buffer_order_forget_ms"], v["file_buffer_order_wait_ms"]
+    if forget and forget < 2 * wait:
+        raise ConfigError(
+            f"FILE_BUFFER_ORDER_FORGET_MS must be 0 or at least twice FILE_BUFFER_ORDER_WAIT_MS "
+            f"({2 * wait}), got {forget}")
     if v["queen_mesh_require_secret"] and not v["queen_sync_secret"]:
         raise ConfigError("QUEEN_MESH_REQUIRE_SECRET is true but QUEEN_SYNC_SECRET is empty")
     tls = {name: v[name.lower()] for name in MESH_TLS_VARIABLES}

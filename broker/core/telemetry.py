@@ -124,6 +124,9 @@ class Telemetry:
     # ephemeral requests passed on to their queue's owner: forwarded, unreachable (503); and
     # the changes of the brokers alive this broker saw (members), which move queues' owners
     ephemeral_forwards: Counter = field(default_factory=Counter)
+    # spool holds (queen.spool_backlog rows) this broker removed: expired (the retention job,
+    # a spool silent for FILE_BUFFER_ORDER_FORGET_MS), released (the operator's route)
+    spool_holds_ended: Counter = field(default_factory=Counter)
     # pops that engaged autopilot, by the knob the broker chose (batch, partitions)
     autopilot: Counter = field(default_factory=Counter)
     autopilot_batch: Histogram = field(default_factory=autopilot_batch_histogram)
@@ -219,6 +222,7 @@ class Telemetry:
                 "push_refused": {"max_size": 0, **self.push_refused},
                 "pops": dict(self.pops), "autopilot": dict(self.autopilot), "ops": dict(self.ops), "locks": dict(self.locks),
                 "ephemeral_forwards": dict(self.ephemeral_forwards),
+                "spool_holds_ended": {"expired": 0, "released": 0, **self.spool_holds_ended},
                 "request_seconds_total": round(self.request_seconds_total, 6)}
 
 

@@ -57,6 +57,7 @@ from broker.http.routes import (
     push,
     quarantine,
     reads,
+    spools,
     streams,
     supervision,
     system,
@@ -150,8 +151,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
     app.config.NOISY_EXCEPTIONS = False
     app.config.ACCESS_LOG = False
 
-    for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp, docs.bp,
-                      streams.bp, reads.bp, kv.bp, locks.bp, timers.bp, migration.bp,
+    for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp, spools.bp,
+                      docs.bp, streams.bp, reads.bp, kv.bp, locks.bp, timers.bp, migration.bp,
                       ephemeral.bp, dashboard.bp, identity.bp, supervision.bp, *ops.blueprints):
         if blueprint is not pop.bp:
             answer_head_like_get(blueprint)

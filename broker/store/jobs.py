@@ -32,6 +32,7 @@ import asyncpg
 from loguru import logger
 
 from broker.store import jobs_sql as sql
+from broker.store import spools
 from broker.store.db import Store, StoreUnavailable, _mapped_errors
 
 RETENTION_LOCK_ID = sql.RETENTION_LOCK_ID
@@ -110,6 +111,12 @@ class RetentionSession:
     async def purge_dead_kv(self) -> int:
         """Dead key/value rows deleted."""
         return await self._purge(sql.KV_PURGE_DEAD)
+
+    async def forget_silent_spools(self, forget_ms: int) -> list[tuple[str, int]]:
+        """The rows of spools holding partitions and silent for ``forget_ms`` removed:
+        (spool id, partitions it held) per spool (broker/store/spools_sql.py)."""
+        return [(r["server_id"], int(r["partitions"]))
+                for r in await spools.forget_silent(self._conn, forget_ms)]
 
     async def _purge(self, statement: str, *args: Any) -> int:
         """A DELETE of at most ``batch`` rows (its last argument) until it deletes fewer."""

@@ -264,6 +264,55 @@ def test_push_maintenance_switched_on_from_the_page_buffers_pushes(dash, page):
                == 200, 30, "the buffered push replayed into PostgreSQL")
 
 
+def test_a_silent_spool_is_shown_and_released_from_the_maintenance_page(dash, dash_database,
+                                                                        page):
+    """A spool silent for ten minutes, registered through the store's own function: the page
+    lists it with its partitions and the count of partitions silent spools hold; its Release
+    button deletes its holds (the listing route no longer has it)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    import asyncpg
+
+    from broker.store.db import Store, now_us
+
+    spool = name("dash-gone")
+
+    async def fabricate() -> None:
+        store = await Store.connect(dash_database.dsn, pool_size=1, connect_timeout_ms=5000,
+                                    statement_timeout_ms=30000, lock_timeout_ms=10000,
+                                    idle_timeout_ms=30000)
+        try:
+            store.server_id = spool
+            await store.register_spool({(f"{spool}-q", "a"): now_us(),
+                                        (f"{spool}-q", "b"): now_us()})
+        finally:
+            await store.close()
+        conn = await asyncpg.connect(dash_database.dsn)
+        try:
+            await conn.execute("UPDATE queen.spool_servers SET seen_at = now() - interval "
+                               "'10 minutes' WHERE server_id = $1", spool)
+        finally:
+            await conn.close()
+
+    with ThreadPoolExecutor(1) as pool:  # Playwright's loop runs in this thread
+        pool.submit(asyncio.run, fabricate()).result()
+    page.goto(f"{dash.url}/#/maintenance")
+    row = page.locator("#spool-holds tbody tr", has_text=spool)
+    wait_until(lambda: row.count() == 1, 10, "the silent spool listed")
+    cells = [c.strip() for c in row.locator("td").all_inner_texts()]
+    assert cells[:3] == [spool, "silent", "2"], cells
+    summary = page.locator("#spool-holds-summary").inner_text()
+    assert re.search(r"\b2 partition\(s\) held by 1 silent spool", summary), summary
+    screenshot(page, "maintenance-spool-holds")
+    page.locator(f"#spool-holds button[data-spool='{spool}']").click()
+    confirm(page)
+    wait_until(lambda: spool not in [s["spool"] for s in httpx.get(
+        dash.url + "/api/v1/system/spools", timeout=10).json()["spools"]], 10,
+        "the spool released")
+    wait_until(lambda: row.count() == 0, 10, "the released spool gone from the page")
+
+
 # -- auth -------------------------------------------------------------------------------------
 
 def token(role: str) -> str:

@@ -23,7 +23,9 @@ from broker.http.wire.queues import (
     queue_detail,
     queue_summary,
 )
+from broker.http.wire.spools import holds_answer
 from broker.service import ephemeral as ephemeral_service
+from broker.service import spools as spools_service
 from broker.service.drain import spool_stats
 from broker.service.push import wake_after_commit
 from broker.store.schema import schema_version
@@ -122,6 +124,10 @@ async def health(request: BrokerRequest):
     body = health_answer(ok, settings, server, broker.__version__, await shared_state(app),
                          await spool_stats(app.ctx))
     body["ephemeral"] = ephemeral_wire.health_figures(ephemeral_service.figures(app.ctx))
+    # The cluster's spool holds (PostgreSQL's, like clusterBacklog); null while it is away.
+    holds = await spools_service.holds_or_none(app.ctx) if ok else None
+    body["spoolHolds"] = (None if holds is None
+                          else holds_answer(holds, telemetry.spool_holds_ended))
     return json(body, status=200 if ok else 503)
 
 

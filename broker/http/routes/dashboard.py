@@ -47,6 +47,7 @@ ACTIONS = {
     "discardMessage": ("DELETE", "/api/v1/messages/p/t"),
     "maintenance": ("POST", "/api/v1/system/maintenance"),
     "readMaintenance": ("GET", "/api/v1/system/maintenance"),
+    "releaseSpool": ("POST", "/api/v1/system/spools/s/release"),
 }
 
 

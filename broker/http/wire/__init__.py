@@ -18,4 +18,5 @@ returned. Parsing never touches the database.
                     results (kv: the path-style routes' headers, ETag and status too)
     listings.py     the operator listings of keys and locks, their pages
     streams.py      the /streams/v1 bodies and answers; the operator's view of the queries
+    spools.py       the cluster's spool holds (/api/v1/system/spools, /health spoolHolds)
 """

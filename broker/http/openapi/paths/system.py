@@ -1,5 +1,5 @@
 """Health, metrics, maintenance modes, shared state, background jobs, the spool's
-quarantine, and this reference itself."""
+quarantine, the cluster's spool holds, and this reference itself."""
 from __future__ import annotations
 
 from broker.http.openapi.builder import (
@@ -8,6 +8,8 @@ from broker.http.openapi.builder import (
     INT,
     MAP,
     NSTR,
+    NTIME,
+    NUM,
     STR,
     answer,
     arr,
@@ -19,6 +21,7 @@ from broker.http.openapi.builder import (
 
 TAG = "System"
 QTAG = "Spool quarantine"
+STAG = "Spool holds"
 
 ENABLED = obj({"enabled": BOOL}, ["enabled"])
 QUARANTINE_ID = path("ident", "Quarantine entry id",
@@ -26,9 +29,23 @@ QUARANTINE_ID = path("ident", "Quarantine entry id",
 Q_ENTRY = obj({"id": STR, "reason": NSTR, "error": NSTR, "quarantinedAt": ANY,
                "originFile": NSTR, "index": ANY, "queue": NSTR, "partition": NSTR,
                "transactionId": NSTR}, ["id"])
+SPOOL_HOLD = obj({"spool": STR, "partitions": INT, "oldestAcceptedAt": STR,
+                  "lastHeartbeat": NTIME, "silentSeconds": nullable(NUM), "silent": BOOL},
+                 ["spool", "partitions", "lastHeartbeat", "silent"])
+SPOOL_HOLDS = obj({
+    "boundMs": {**INT, "description": "FILE_BUFFER_ORDER_WAIT_MS: a spool silent this long "
+                                      "no longer holds back a broker that has beaten this long"},
+    "forgetMs": {**INT, "description": "FILE_BUFFER_ORDER_FORGET_MS: a spool silent this long "
+                                       "has its holds removed by the retention job (0: never)"},
+    "silentSpools": INT,
+    "silentHeldPartitions": {**INT, "description": "Distinct partitions held by silent spools"},
+    "spools": arr(SPOOL_HOLD),
+    "ended": obj({"expired": INT, "released": INT}, ["expired", "released"])},
+    ["boundMs", "forgetMs", "silentSpools", "silentHeldPartitions", "spools", "ended"])
 HEALTH = obj({"status": {"type": "string", "enum": ["healthy", "unhealthy"]},
               "database": {"type": "string", "enum": ["connected", "disconnected"]},
-              "server": STR, "version": STR, "brokerVersion": STR, "shared_state": MAP, "spool": MAP},
+              "server": STR, "version": STR, "brokerVersion": STR, "shared_state": MAP, "spool": MAP,
+              "spoolHolds": nullable(SPOOL_HOLDS)},
              ["status", "database", "server"])
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -99,6 +116,25 @@ OPERATIONS = [
     op("DELETE", "/api/v1/system/spool/quarantine/<ident>", tag=QTAG,
        summary="Discard a quarantined event", params=(QUARANTINE_ID,), database=False,
        errors=(404,), ok=obj({"id": STR, "discarded": BOOL}, ["id", "discarded"])),
+    op("GET", "/api/v1/system/spools", tag=STAG,
+       summary="Spools holding partitions back (queen.spool_backlog), cluster-wide",
+       description="A spool registers the partitions it holds spooled pushes for; pushes to "
+                   "them are staged behind it. A spool silent for `boundMs` "
+                   "(FILE_BUFFER_ORDER_WAIT_MS) no longer holds back a broker that has "
+                   "beaten that long (docs/behaviour.md §5.8).",
+       ok=SPOOL_HOLDS),
+    op("POST", "/api/v1/system/spools/<spool_id:str>/release", tag=STAG,
+       summary="Release one spool's holds (delete its queen.spool_backlog rows and heartbeat)",
+       description="Its partitions are no longer held back by it. If its disk ever comes "
+                   "back, its pushes land later, each counted as an order exception; nothing "
+                   "already in PostgreSQL changes. A spool that beat within "
+                   "FILE_BUFFER_ORDER_WAIT_MS is refused (409) unless `force` is true; "
+                   "`(staged)` is always refused.",
+       params=(path("spool_id", "A spool id (as GET /api/v1/system/spools lists it)",
+                    {"type": "string", "minLength": 1, "maxLength": 255}),),
+       body=obj({"force": BOOL}), errors=(404, 409),
+       ok=obj({"spool": STR, "released": BOOL, "partitions": INT, "lastHeartbeat": NTIME,
+               "forced": BOOL}, ["spool", "released", "partitions"])),
     op("GET", "/openapi.json", tag="Reference", summary="This OpenAPI document",
        public=True, database=False, ok=MAP),
     op("GET", "/docs", tag="Reference", summary="This reference as a page",

@@ -22,6 +22,7 @@ from broker.http.responses import json
 from broker.http.types import BrokerApp, BrokerRequest
 from broker.http.wire import ephemeral as ephemeral_wire
 from broker.service import ephemeral as ephemeral_service
+from broker.service import spools as spools_service
 from broker.service import state_ops
 from broker.service.drain import spool_stats
 from broker.service.gauges import gauges
@@ -104,9 +105,10 @@ async def snapshot(app: BrokerApp) -> dict[str, Any]:
     try:
         snap["db"] = await ops.metrics_snapshot(app.ctx.store)
         snap["state"] = await state_ops.metric_figures(app.ctx)
+        snap["spool_holds"] = await spools_service.holds(app.ctx)
     except (StoreUnavailable, StoreError) as exc:
         logger.warning("metrics: database figures unavailable: {}", exc)
-        snap["db"] = snap["state"] = None
+        snap["db"] = snap["state"] = snap["spool_holds"] = None
     return snap
 
 
@@ -231,6 +233,22 @@ class SnapshotCollector:
                         "Expected seconds until staging is empty at this broker's merge rate "
                         "(-1: not merging here)",
                         -1 if staging.get("etaSeconds") is None else staging["etaSeconds"])
+        holds = s.get("spool_holds")
+        if holds is not None:  # cluster-wide, from PostgreSQL (docs/behaviour.md §5.8)
+            yield gauge("queen_spool_silent_held_partitions",
+                        "Partitions held in queen.spool_backlog by spools silent for "
+                        "FILE_BUFFER_ORDER_WAIT_MS (dead, or cut off from PostgreSQL)",
+                        holds.silent_partitions)
+            yield gauge("queen_spool_silent_spools",
+                        "Spools holding partitions whose last heartbeat is older than "
+                        "FILE_BUFFER_ORDER_WAIT_MS", len(holds.silent_spools))
+        ended = t.get("spool_holds_ended", {})
+        yield counter("queen_spool_holds_ended_total",
+                      "Spool holds (queen.spool_backlog rows) this broker removed, by reason "
+                      "(expired: the spool was silent for FILE_BUFFER_ORDER_FORGET_MS; "
+                      "released: by an operator)", ["reason"],
+                      [(["expired"], ended.get("expired", 0)),
+                       (["released"], ended.get("released", 0))])
         yield gauge("queen_long_polls_in_flight", "Long-poll pops waiting on this broker",
                     g["long_polls_in_flight"])
         yield gauge("queen_maintenance_mode_enabled", "Push maintenance mode",

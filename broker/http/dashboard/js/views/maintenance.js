@@ -1,6 +1,6 @@
 // Maintenance: both modes, each with what it does (GET/POST /api/v1/system/maintenance[/pop]).
 import { api } from "/dashboard/js/api.js";
-import { fill, actionButton, confirmAction, errorBox, fmt, h, toast } from "/dashboard/js/ui.js";
+import { fill, actionButton, confirmAction, errorBox, fmt, h, table, toast } from "/dashboard/js/ui.js";
 
 const MODES = [
   { id: "push", label: "Push maintenance", field: "maintenanceMode", path: "/api/v1/system/maintenance",
@@ -20,12 +20,50 @@ function stagingLine(st) {
     `merging ${fmt.n(st.mergeRatePerSecond)}/s here, ${eta}.${last}`);
 }
 
+// Spools holding partitions back, cluster-wide (GET /api/v1/system/spools): a silent one (no
+// heartbeat for boundMs) is dead or cut off from PostgreSQL; its holds can be released here.
+function holdsPanel(holds, reload) {
+  if (!holds) return null;
+  const release = (r) => async () => {
+    const what = r.silent
+      ? `Release the holds of spool ${r.spool} (${r.partitions} partition(s), silent for ${fmt.n(Math.round(r.silentSeconds || 0))} s)?`
+      : `Spool ${r.spool} beat ${fmt.n(Math.round(r.silentSeconds || 0))} s ago and looks alive. Force the release of its ${r.partitions} partition(s)?`;
+    if (!(await confirmAction(what))) return;
+    try {
+      const done = await api(`/api/v1/system/spools/${encodeURIComponent(r.spool)}/release`,
+        { method: "POST", body: { force: !r.silent } });
+      toast(`Released ${done.partitions} partition(s) of ${r.spool}.`);
+    } catch (err) { toast(err.message, true); }
+    reload();
+  };
+  return h("div", { class: "panel", id: "spool-holds" },
+    h("h2", {}, "Spools holding partitions (cluster-wide)"),
+    h("p", { class: holds.silentSpools ? "warn" : "muted", id: "spool-holds-summary" },
+      `${fmt.n(holds.silentHeldPartitions)} partition(s) held by ${fmt.n(holds.silentSpools)} silent spool(s) ` +
+      `(no heartbeat for ${fmt.n(holds.boundMs / 1000)} s). Holds removed through this broker: ` +
+      `${fmt.n(holds.ended.expired)} expired, ${fmt.n(holds.ended.released)} released.`),
+    table([
+      { label: "Spool", value: (r) => r.spool },
+      { label: "State", value: (r) => h("span", { class: r.silent ? "pill on" : "pill ok" }, r.silent ? "silent" : "live") },
+      { label: "Partitions", num: true, value: (r) => fmt.n(r.partitions) },
+      { label: "Last heartbeat", value: (r) => fmt.time(r.lastHeartbeat) },
+      { label: "Silent for (s)", num: true, value: (r) => r.silentSeconds == null ? "never beat" : fmt.n(Math.round(r.silentSeconds)) },
+      { label: "", value: (r) => actionButton("releaseSpool", r.silent ? "Release" : "Force release", release(r),
+          { class: r.silent ? "danger" : "secondary", "data-spool": r.spool }) },
+    ], holds.spools, { empty: "No spool holds partitions back." }),
+    h("p", { class: "muted" }, "Releasing a spool deletes its holds, so no push waits behind it any more. " +
+      "If its disk ever comes back, its pushes land later, each counted as an order exception; " +
+      "nothing already in PostgreSQL changes."));
+}
+
 export async function render(root) {
   const box = h("div", {});
   fill(root, h("h1", {}, "Maintenance"), box);
   async function load() {
-    let state;
-    try { state = await api("/api/v1/system/maintenance"); } catch (err) { fill(box, errorBox(err)); return; }
+    const [m, sp] = await Promise.allSettled([api("/api/v1/system/maintenance"), api("/api/v1/system/spools")]);
+    if (m.status === "rejected") { fill(box, errorBox(m.reason)); return; }
+    const state = m.value;
+    const holds = sp.status === "fulfilled" ? sp.value : null;
     fill(box, 
       ...MODES.map((m) => {
         const on = !!state[m.field];
@@ -42,7 +80,8 @@ export async function render(root) {
             }, { id: `mode-${m.id}-toggle`, class: on ? "secondary" : "danger" })));
       }),
       h("p", { class: "muted" }, `Spooled on this broker: ${fmt.n(state.bufferedMessages)} message(s); quarantined: ${fmt.n(state.quarantinedEvents)}.`),
-      stagingLine(state.staging));
+      stagingLine(state.staging),
+      holdsPanel(holds, load));
   }
   await load();
   const timer = setInterval(load, 5000);
