@@ -191,6 +191,14 @@ def test_reads_after_a_crash_see_the_durable_state_through_an_open_descriptor(lo
     f = durable_file(lossyfs.mountpoint / "log", b"durable")
     with open(f, "r+b", buffering=0) as fh:
         assert fh.read() == b"durable"
+        # Same size, same times: nothing would tell a page cache that the data changed.
+        fh.seek(0)
+        fh.write(b"VOLATIL")
+        fh.seek(0)
+        assert fh.read() == b"VOLATIL"
+        lossyfs.crash()
+        fh.seek(0)
+        assert fh.read() == b"durable"
         fh.write(b" and volatile")
         fh.seek(0)
         assert fh.read() == b"durable and volatile"
@@ -201,6 +209,15 @@ def test_reads_after_a_crash_see_the_durable_state_through_an_open_descriptor(lo
         assert os.fstat(fh.fileno()).st_size == 7
     assert f.read_bytes() == b"durable"
     assert f.stat().st_size == 7
+
+
+def test_an_append_descriptor_kept_across_a_crash_appends_at_the_durable_end(lossyfs):
+    f = durable_file(lossyfs.mountpoint / "log", b"kept")
+    with open(f, "ab", buffering=0) as fh:
+        fh.write(b" lost")
+        lossyfs.crash()
+        fh.write(b"+")
+    assert f.read_bytes() == b"kept+"
 
 
 def test_sync_makes_everything_durable(lossyfs):
