@@ -101,7 +101,10 @@ class Node:
     mode: int
     name: str                      # the last name it was linked under (for fail_fsync patterns)
     data: bytearray = field(default_factory=bytearray)       # files: current data
-    durable_data: bytes = b""                                 # files: data at the last fsync
+    durable_data: bytearray = field(default_factory=bytearray)  # files: at the last fsync
+    # files: the lowest offset changed since the last fsync (None: data == durable_data), so
+    # that an fsync after an append copies the appended bytes, not the whole file.
+    dirty_from: int | None = None
     entries: dict[str, Node] = field(default_factory=dict)   # dirs: current entries
     durable_entries: dict[str, Node] = field(default_factory=dict)  # at the last dir fsync
     nlink: int = 0                 # current entries naming it (plus . and .. for directories)
@@ -266,14 +269,16 @@ class Model:
         if self.enospc:
             self.counts["write_enospc"] += 1
             raise OSError(errno.ENOSPC, handle.node.name)
-        buf = handle.node.data
+        node = handle.node
+        buf = node.data
         # O_APPEND is ours to honour: the kernel's idea of the size may predate a crash.
         if handle.append:
             offset = len(buf)
+        self._dirty(node, min(offset, len(buf)))
         if offset > len(buf):
             buf.extend(bytes(offset - len(buf)))
         buf[offset:offset + len(data)] = data
-        handle.node.mtime_ns = time.time_ns()
+        node.mtime_ns = time.time_ns()
         self.counts["write"] += 1
         self.counts["write_bytes"] += len(data)
         return len(data)
@@ -284,11 +289,23 @@ class Model:
         if length > len(node.data) and self.enospc:
             self.counts["write_enospc"] += 1
             raise OSError(errno.ENOSPC, node.name)
+        self._dirty(node, min(length, len(node.data)))
         if length < len(node.data):
             del node.data[length:]
         else:
             node.data.extend(bytes(length - len(node.data)))
         node.mtime_ns = time.time_ns()
+
+    @staticmethod
+    def _dirty(node: Node, offset: int) -> None:
+        if node.dirty_from is None or offset < node.dirty_from:
+            node.dirty_from = offset
+
+    @staticmethod
+    def _make_durable(node: Node) -> None:
+        if node.dirty_from is not None:
+            node.durable_data[node.dirty_from:] = node.data[node.dirty_from:]
+            node.dirty_from = None
 
     # durability
     def _fsync_refused(self, node: Node) -> bool:
@@ -305,7 +322,7 @@ class Model:
         self.counts["fdatasync" if datasync else "fsync"] += 1
         if self._fsync_refused(node):
             raise OSError(errno.EIO, node.name)
-        node.durable_data = bytes(node.data)
+        self._make_durable(node)
 
     def fsyncdir(self, node: Node) -> None:
         self.counts["fsyncdir"] += 1
@@ -321,7 +338,7 @@ class Model:
                 for child in node.entries.values():
                     walk(child)
             else:
-                node.durable_data = bytes(node.data)
+                self._make_durable(node)
         walk(self.root)
 
     def crash(self) -> None:
@@ -343,6 +360,7 @@ class Model:
                     walk(child)
             else:
                 node.data = bytearray(node.durable_data)
+                node.dirty_from = None
         walk(self.root)
 
         def relink(node: Node) -> None:

@@ -419,6 +419,8 @@ def test_a_bad_request_is_answered_and_the_mount_keeps_serving(lossyfs):
 NAMES = st.sampled_from(["a", "b", "c"])
 STEPS = st.lists(st.one_of(
     st.tuples(st.just("append"), NAMES, st.binary(min_size=1, max_size=6)),
+    st.tuples(st.just("pwrite"), NAMES, st.integers(0, 12), st.binary(min_size=1, max_size=6)),
+    st.tuples(st.just("truncate"), NAMES, st.integers(0, 12)),
     st.tuples(st.just("fsync"), NAMES),
     st.tuples(st.just("fsyncdir")),
     st.tuples(st.just("rename"), NAMES, NAMES),
@@ -427,7 +429,7 @@ STEPS = st.lists(st.one_of(
 ), max_size=20)
 
 
-@settings(max_examples=40, deadline=None, database=None,
+@settings(max_examples=60, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=STEPS)
 def test_a_crash_keeps_exactly_what_the_syncs_made_durable(lossyfs, steps):
@@ -449,6 +451,17 @@ def test_a_crash_keeps_exactly_what_the_syncs_made_durable(lossyfs, steps):
                 data[names[name]] = b""
             data[names[name]] += chunk
             append(mnt / name, chunk)
+        elif op == "pwrite" and step[1] in names:
+            _, name, offset, chunk = step
+            old = data[names[name]].ljust(offset, b"\0")
+            data[names[name]] = old[:offset] + chunk + old[offset + len(chunk):]
+            with open(mnt / name, "r+b") as fh:
+                fh.seek(offset)
+                fh.write(chunk)
+        elif op == "truncate" and step[1] in names:
+            _, name, size = step
+            data[names[name]] = data[names[name]][:size].ljust(size, b"\0")
+            os.truncate(mnt / name, size)
         elif op == "fsync" and step[1] in names:
             durable_data[names[step[1]]] = data[names[step[1]]]
             fsync_file(mnt / step[1])
