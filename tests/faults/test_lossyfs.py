@@ -12,8 +12,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import settings
 from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from tests.lossyfs import LossyFS, fuse_available
 from tests.waiting import wait_until
@@ -74,6 +81,26 @@ def test_an_unsynced_truncate_is_undone_at_crash(lossyfs):
     assert f.stat().st_size == 3
     lossyfs.crash()
     assert f.read_bytes() == b"0123456789"
+
+
+def test_an_fsync_makes_overwrites_and_truncates_inside_the_file_durable(lossyfs):
+    f = durable_file(lossyfs.mountpoint / "log", b"0123456789")
+    with open(f, "r+b", buffering=0) as fh:
+        fh.seek(2)
+        fh.write(b"ab")
+        os.fsync(fh.fileno())
+        lossyfs.crash()
+        assert f.read_bytes() == b"01ab456789"
+        os.ftruncate(fh.fileno(), 3)
+        os.ftruncate(fh.fileno(), 5)
+        os.fsync(fh.fileno())
+        lossyfs.crash()
+        assert f.read_bytes() == b"01a\0\0"
+        fh.seek(8)
+        fh.write(b"z")
+        os.fsync(fh.fileno())
+        lossyfs.crash()
+        assert f.read_bytes() == b"01a\0\0\0\0\0z"
 
 
 def test_a_new_file_fsynced_without_its_directory_is_lost_at_crash(lossyfs):
@@ -416,69 +443,93 @@ def test_a_bad_request_is_answered_and_the_mount_keeps_serving(lossyfs):
 
 # --- against a model -------------------------------------------------------------------------
 
-NAMES = st.sampled_from(["a", "b", "c"])
-STEPS = st.lists(st.one_of(
-    st.tuples(st.just("append"), NAMES, st.binary(min_size=1, max_size=6)),
-    st.tuples(st.just("pwrite"), NAMES, st.integers(0, 12), st.binary(min_size=1, max_size=6)),
-    st.tuples(st.just("truncate"), NAMES, st.integers(0, 12)),
-    st.tuples(st.just("fsync"), NAMES),
-    st.tuples(st.just("fsyncdir")),
-    st.tuples(st.just("rename"), NAMES, NAMES),
-    st.tuples(st.just("unlink"), NAMES),
-    st.tuples(st.just("crash")),
-), max_size=20)
+class CrashMachine(RuleBasedStateMachine):
+    """Writes, truncates, renames, unlinks, fsyncs and crashes on a mount, each checked against
+    a model: names to inodes, now and as last made durable; each inode's data, likewise."""
+
+    def __init__(self, fs: LossyFS) -> None:
+        super().__init__()
+        self.mnt = fs.mountpoint
+        self.fs = fs
+        for name in os.listdir(self.mnt):  # each run starts from an empty, durable directory
+            os.unlink(self.mnt / name)
+        fsync_dir(self.mnt)
+        self.names: dict[str, int] = {}
+        self.durable_names: dict[str, int] = {}
+        self.data: dict[int, bytes] = {}
+        self.durable_data: dict[int, bytes] = {}
+
+    def existing(self, pick: int) -> str:
+        return sorted(self.names)[pick % len(self.names)]
+
+    @rule(name=st.sampled_from(["a", "b"]), chunk=st.binary(min_size=1, max_size=6))
+    def append(self, name, chunk):
+        if name not in self.names:
+            self.names[name] = len(self.data)
+            self.data[self.names[name]] = b""
+        self.data[self.names[name]] += chunk
+        append(self.mnt / name, chunk)
+
+    @precondition(lambda self: self.names)
+    @rule(pick=st.integers(0, 1), offset=st.integers(0, 12), chunk=st.binary(min_size=1, max_size=6))
+    def pwrite(self, pick, offset, chunk):
+        name = self.existing(pick)
+        old = self.data[self.names[name]].ljust(offset, b"\0")
+        self.data[self.names[name]] = old[:offset] + chunk + old[offset + len(chunk):]
+        with open(self.mnt / name, "r+b") as fh:
+            fh.seek(offset)
+            fh.write(chunk)
+
+    @precondition(lambda self: self.names)
+    @rule(pick=st.integers(0, 1), size=st.integers(0, 12))
+    def truncate(self, pick, size):
+        name = self.existing(pick)
+        self.data[self.names[name]] = self.data[self.names[name]][:size].ljust(size, b"\0")
+        os.truncate(self.mnt / name, size)
+
+    @precondition(lambda self: self.names)
+    @rule(pick=st.integers(0, 1), datasync=st.booleans())
+    def fsync(self, pick, datasync):
+        name = self.existing(pick)
+        self.durable_data[self.names[name]] = self.data[self.names[name]]
+        fsync_file(self.mnt / name, datasync)
+
+    @rule()
+    def fsync_directory(self):
+        self.durable_names = dict(self.names)
+        fsync_dir(self.mnt)
+
+    @precondition(lambda self: self.names)
+    @rule(pick=st.integers(0, 1), new=st.sampled_from(["a", "b"]))
+    def rename(self, pick, new):
+        old = self.existing(pick)
+        if old != new:
+            self.names[new] = self.names.pop(old)
+            os.rename(self.mnt / old, self.mnt / new)
+
+    @precondition(lambda self: self.names)
+    @rule(pick=st.integers(0, 1))
+    def unlink(self, pick):
+        name = self.existing(pick)
+        del self.names[name]
+        os.unlink(self.mnt / name)
+
+    @rule()
+    def crash(self):
+        self.names = dict(self.durable_names)
+        for ino in self.names.values():
+            self.data[ino] = self.durable_data.get(ino, b"")
+        self.fs.crash()
+
+    @invariant()
+    def the_mount_shows_the_model(self):
+        assert sorted(os.listdir(self.mnt)) == sorted(self.names)
+        for name, ino in self.names.items():
+            assert (self.mnt / name).read_bytes() == self.data[ino], name
 
 
-@settings(max_examples=60, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(steps=STEPS)
-def test_a_crash_keeps_exactly_what_the_syncs_made_durable(lossyfs, steps):
-    mnt = lossyfs.mountpoint
-    for name in os.listdir(mnt):  # each example starts from an empty, durable directory
-        os.unlink(mnt / name)
-    fsync_dir(mnt)
-    # The model: names to inodes, now and as last made durable; each inode's data, likewise.
-    names: dict[str, int] = {}
-    durable_names: dict[str, int] = {}
-    data: dict[int, bytes] = {}
-    durable_data: dict[int, bytes] = {}
-    for step in steps:
-        op = step[0]
-        if op == "append":
-            _, name, chunk = step
-            if name not in names:
-                names[name] = len(data)
-                data[names[name]] = b""
-            data[names[name]] += chunk
-            append(mnt / name, chunk)
-        elif op == "pwrite" and step[1] in names:
-            _, name, offset, chunk = step
-            old = data[names[name]].ljust(offset, b"\0")
-            data[names[name]] = old[:offset] + chunk + old[offset + len(chunk):]
-            with open(mnt / name, "r+b") as fh:
-                fh.seek(offset)
-                fh.write(chunk)
-        elif op == "truncate" and step[1] in names:
-            _, name, size = step
-            data[names[name]] = data[names[name]][:size].ljust(size, b"\0")
-            os.truncate(mnt / name, size)
-        elif op == "fsync" and step[1] in names:
-            durable_data[names[step[1]]] = data[names[step[1]]]
-            fsync_file(mnt / step[1])
-        elif op == "fsyncdir":
-            durable_names = dict(names)
-            fsync_dir(mnt)
-        elif op == "rename" and step[1] in names and step[1] != step[2]:
-            names[step[2]] = names.pop(step[1])
-            os.rename(mnt / step[1], mnt / step[2])
-        elif op == "unlink" and step[1] in names:
-            del names[step[1]]
-            os.unlink(mnt / step[1])
-        elif op == "crash":
-            names = dict(durable_names)
-            for ino in names.values():
-                data[ino] = durable_data.get(ino, b"")
-            lossyfs.crash()
-        assert sorted(os.listdir(mnt)) == sorted(names), step
-        for name, ino in names.items():
-            assert (mnt / name).read_bytes() == data[ino], (step, name)
+def test_a_crash_keeps_exactly_what_the_syncs_made_durable(lossyfs):
+    run_state_machine_as_test(
+        lambda: CrashMachine(lossyfs),
+        settings=settings(max_examples=100, stateful_step_count=25, deadline=None,
+                          database=None))
