@@ -2,11 +2,17 @@
 when told to, as a power cut of the host would (the way Jepsen's LazyFS does it).
 
     with mounted(tmp_path / "mnt") as fs:         # or the ``lossyfs`` fixture (tests/conftest.py)
-        spool = fs.mountpoint / "buffers"         # point a broker's FILE_BUFFER_DIR here
+        spool = fs.mountpoint / "buffers"
+        spool.mkdir()
+        fs.sync()                                 # the directory itself survives crashes
+        broker = start_broker(db, tmp_path, FILE_BUFFER_DIR=str(spool))
         ...                                       # the broker writes, fsyncs, renames
         broker.proc.kill()                        # a power cut ends the processes too
         fs.crash()                                # every change not made durable is gone
         fs.counts()                               # {"fsync": .., "fdatasync": .., "fsyncdir": ..}
+
+(A directory the broker makes itself, as it does FILE_BUFFER_DIR when missing, is gone after a
+crash unless something fsyncs its parent: hence the ``mkdir`` and ``sync()`` first.)
 
 The file system runs in its own process (``python tests/lossyfs.py MOUNTPOINT``, started by
 :class:`LossyFS`), so any other process, such as a broker under test, reads and writes the
@@ -49,7 +55,8 @@ Faults
 
 Locks: the file system implements neither flock nor POSIX locks, so libfuse does not ask the
 kernel to pass them on, and the kernel keeps them locally: they work between processes on this
-host as on a local disk (tests/faults/test_lossyfs.py checks it).
+host as on a local disk (tests/faults/test_lossyfs.py checks it). They are the kernel's, so a
+crash does not drop them: a lock goes when its holder dies, as the broker's spool lock does.
 
 Control channel
 ---------------
