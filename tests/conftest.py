@@ -193,6 +193,17 @@ def slow_timer_broker(session_broker_factory) -> BrokerProcess:
                           POP_WAIT_MAX_INTERVAL_MS=str(SLOW_TIMER_MS))
 
 
+@pytest.fixture
+def lossyfs(tmp_path):
+    """A LossyFS (tests/lossyfs.py) mounted at ``tmp_path/"lossyfs"`` for one test, in its own
+    process; unmounted when the test ends, however it ends. Skipped where /dev/fuse is absent."""
+    from tests.lossyfs import fuse_available, mounted
+    if reason := fuse_available():
+        pytest.skip(reason)
+    with mounted(tmp_path / "lossyfs") as fs:
+        yield fs
+
+
 def parked_pops(url: str) -> int:
     """Long polls parked on the broker at ``url`` right now (its /health says)."""
     return httpx.get(url + "/health", timeout=5).json()["shared_state"]["parkedPops"]
