@@ -26,7 +26,7 @@ from pathlib import Path
 from actors.spool.backlog import SpoolBacklog
 from actors.spool.records import NAME, Pair, accepted_at, event_pair, file_accept_us, tally_records
 
-__all__ = ["FileState", "SpoolFile", "SpoolFiles", "file_size", "fsync_dir", "list_buf_files", "list_files"]
+__all__ = ["FileState", "SpoolFile", "SpoolFiles", "file_size", "fsync_dir", "make_dir", "list_buf_files", "list_files"]
 
 
 class FileState(enum.Enum):
@@ -228,6 +228,22 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def make_dir(directory: Path) -> None:
+    """``mkdir -p``, durably: each directory made has its parent fsynced, so it is still
+    there after a host crash (a spool whose directory vanished would take its files along)."""
+    directory = Path(directory)
+    if directory.is_dir():
+        return
+    make_dir(directory.parent)
+    try:
+        os.mkdir(directory, 0o755)
+    except FileExistsError:
+        if not directory.is_dir():
+            raise
+        return
+    fsync_dir(directory.parent)
 
 
 def file_size(path: Path) -> int:

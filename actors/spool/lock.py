@@ -17,6 +17,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from actors.spool.files import make_dir
+
 LOCK_NAME = "lock"
 
 
@@ -41,7 +43,7 @@ class SpoolDirectoryLock:
     def acquire(self) -> None:
         """Take the lock or raise SpoolDirectoryBusy (OSError when the directory cannot be
         made or the file opened)."""
-        os.makedirs(self.directory, mode=0o755, exist_ok=True)
+        make_dir(self.directory)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

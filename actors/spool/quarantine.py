@@ -38,7 +38,7 @@ from typing import Any
 import ujson
 from loguru import logger
 
-from actors.spool.files import fsync_dir
+from actors.spool.files import fsync_dir, make_dir
 from actors.spool.records import event_pair, read_records
 from broker.core.validate import event_problem
 
@@ -77,7 +77,7 @@ class Quarantine:
     def put(self, ident: str, *, reason: str, error: str, origin_file: str, index: int,
             event: Any = None, raw: bytes | None = None) -> bool:
         """Write one entry durably. True when it is new (not a rewrite)."""
-        os.makedirs(self.directory, mode=0o755, exist_ok=True)
+        make_dir(self.directory)
         entry: dict[str, Any] = {"id": ident, "reason": reason, "error": error[:2000],
                                  "quarantinedAt": _now(), "originFile": origin_file,
                                  "index": index, "event": event}

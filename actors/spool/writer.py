@@ -50,6 +50,7 @@ from actors.spool.files import (
     fsync_dir,
     list_buf_files,
     list_files,
+    make_dir,
 )
 from actors.spool.records import (
     HEADER,
@@ -123,10 +124,8 @@ class SpoolWriter:
     # -- start ----------------------------------------------------------------------
 
     def make_dirs(self) -> None:
-        for directory in (self.directory, self.failed_dir):
-            if not directory.is_dir():
-                os.makedirs(directory, mode=0o755, exist_ok=True)
-                fsync_dir(directory.parent)
+        make_dir(self.directory)
+        make_dir(self.failed_dir)
 
     def scan_existing(self) -> Recovered:
         """Count what a previous run left and make new names sort after it; cut torn
