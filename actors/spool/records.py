@@ -147,8 +147,13 @@ def _torn(data: bytes, pos: int, end: int) -> bool:
     by a crash (rather than a whole record damaged on disk)?"""
     if end - pos < _REC.size or not data[pos:end].strip(b"\x00"):
         return True  # a header cut short, or zeros a crash left past the last write
-    magic, length, _ = _REC.unpack_from(data, pos)
-    return magic == MAGIC and pos + _REC.size + length > end
+    magic, length, crc = _REC.unpack_from(data, pos)
+    if magic != MAGIC or pos + _REC.size + length <= end:
+        return False
+    # It claims to run past the end. A crash cut it short, unless only its length field is
+    # damaged: then the bytes to the end are its whole body under the right length.
+    body = memoryview(data)[pos + _REC.size:end]
+    return zlib.crc32(body, zlib.crc32(_LEN.pack(len(body)))) != crc
 
 
 def _parse(body: bytes | memoryview) -> dict | None:

@@ -16,10 +16,18 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import actors.spool.writer as writer_mod
 from actors.spool import Spool, SpoolBacklog, SpoolError, SpoolFull, encode_records, read_records
-from actors.spool.records import NAME, encode_file, encode_legacy_records, frame_record
+from actors.spool.records import (
+    NAME,
+    encode_file,
+    encode_legacy_records,
+    frame_record,
+    scan_bytes,
+)
 from tests.waiting import wait_until_async
 
 
@@ -928,3 +936,51 @@ async def test_a_new_spool_id_is_on_disk_before_it_is_used(make, sdir, monkeypat
     ident = await spool.identity()
     assert (sdir / "spool-id").read_text().strip() == ident
     assert synced[-2:] == [str(sdir / "spool-id.part"), str(sdir)]  # the file, then its name
+
+
+# -- the record format, property-tested ------------------------------------------------
+
+_events = st.lists(st.fixed_dictionaries({
+    "queue": st.text(min_size=1, max_size=8), "transactionId": st.text(min_size=1, max_size=12),
+    "payload": st.one_of(st.none(), st.integers(), st.text(max_size=40),
+                         st.dictionaries(st.text(max_size=5), st.integers(), max_size=3))}),
+    min_size=1, max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=_events, data=st.data())
+def test_a_flipped_bit_anywhere_damages_only_its_own_record(events, data):
+    """Never a different payload: the record holding the bit is set aside whole, every
+    other record reads as written, and nothing is taken for a torn tail."""
+    records = [encode_records([e]) for e in events]
+    k = data.draw(st.integers(0, len(records) - 1), label="record")
+    bit = data.draw(st.integers(0, len(records[k]) * 8 - 1), label="bit")
+    damaged = bytearray(records[k])
+    damaged[bit // 8] ^= 1 << (bit % 8)
+    blob = encode_file([]) + b"".join(records[:k]) + bytes(damaged) + b"".join(records[k + 1:])
+    scan = scan_bytes(blob)
+    want = [{**e, "partition": "Default"} for j, e in enumerate(events) if j != k]
+    assert scan.events == want
+    assert scan.bad == [(k, bytes(damaged), "corrupt")] and scan.torn == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(events=_events, data=st.data())
+def test_a_file_cut_anywhere_reads_as_its_whole_records_and_a_torn_tail(events, data):
+    blob = encode_file(events)
+    cut = data.draw(st.integers(0, len(blob)), label="cut")
+    scan = scan_bytes(blob[:cut])
+    whole = [i for i, end in enumerate(_record_ends(events)) if end <= cut]
+    assert scan.events == [{**events[i], "partition": "Default"} for i in whole]
+    assert scan.bad == [] and scan.good_end + scan.torn == cut
+    header = len(encode_file([]))  # a cut inside the header leaves no file to speak of
+    assert scan.good_end == (_record_ends(events)[whole[-1]] if whole else
+                             header if cut >= header else 0)
+
+
+def _record_ends(events) -> list[int]:
+    ends, pos = [], len(encode_file([]))
+    for e in events:
+        pos += len(encode_records([e]))
+        ends.append(pos)
+    return ends
