@@ -256,12 +256,15 @@ async def measure(setup: Setup, kind: str, down_s: float, args: argparse.Namespa
     pushes: list[list[tuple[float, float, str, int]]] = [[] for _ in range(P)]
     # per group: tx -> receive times; partition -> tx in received order; every pop that
     # brought messages: (receive time, partition, messages)
-    layout = [(GROUP, args.consumers, args.pop_batch)] + [
+    # (--consumers 0: the extra groups alone; the first of them then stands for "the group"
+    # in the figures that speak of one)
+    layout = [(GROUP, args.consumers, args.pop_batch)] * bool(args.consumers) + [
         (f"g{i + 1}", c, b) for i, (c, b) in enumerate(args.extra_groups)]
+    first_group = layout[0][0]
     recv_by: dict[str, dict[str, list[float]]] = {g: defaultdict(list) for g, _, _ in layout}
     order_by: dict[str, dict[str, list[str]]] = {g: defaultdict(list) for g, _, _ in layout}
     pops_by: dict[str, list[tuple[float, str, int]]] = {g: [] for g, _, _ in layout}
-    recv, recv_order = recv_by[GROUP], order_by[GROUP]
+    recv, recv_order = recv_by[first_group], order_by[first_group]
     failed_ack: set[str] = set()
     leases_seen: set[str] = set()                             # leaseIds pops handed out
     cstats: Counter = Counter()
@@ -447,7 +450,7 @@ async def measure(setup: Setup, kind: str, down_s: float, args: argparse.Namespa
             "FROM queen.log_consumers lc JOIN queen.partitions p ON p.id = lc.partition_id "
             "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 "
             "AND lc.consumer_group = $2 AND lc.lease_id IS NOT NULL ORDER BY p.name",
-            queue, GROUP)]
+            queue, first_group)]
         leftovers = {
             "staged": await conn.fetchval("SELECT count(*) FROM queen.staged"),
             "spool_backlog": await conn.fetchval("SELECT count(*) FROM queen.spool_backlog")}
@@ -496,7 +499,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     # round trip is ~16 ms under this load), short of the 1,000 msg/s the scenario asks for
     ap.add_argument("--producers", type=int, default=24)
     ap.add_argument("--consumers", type=int, default=6,
-                    help="long-polling consumers of the one group, spread over the brokers")
+                    help="long-polling consumers of the first group, spread over the brokers "
+                         "(0: no such group, only --extra-groups)")
     ap.add_argument("--pop-batch", type=int, default=100)
     ap.add_argument("--extra-groups", default="3x10,3x10", type=parse_groups,
                     help="more consumer groups, each CONSUMERSxBATCH (comma-separated; '' none)")
@@ -516,8 +520,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.plan = [parse_scenario(s) for s in args.scenarios.split(",") if s.strip()]
     except argparse.ArgumentTypeError as exc:
         ap.error(str(exc))
-    if args.rate <= 0 or args.producers < 1 or args.consumers < 1:
-        ap.error("--rate, --producers and --consumers must be positive")
+    if args.rate <= 0 or args.producers < 1 or args.consumers < 0:
+        ap.error("--rate and --producers must be positive, --consumers not negative")
+    if not args.consumers and not args.extra_groups:
+        ap.error("no consumer group: --consumers 0 needs --extra-groups")
     return args
 
 

@@ -305,12 +305,12 @@ async def claim(ctx: BrokerContext, req: PopRequest, lease_id: str,
     checked_in = False
     try:
         if ask is not None:
-            sized = await _taking(hotlist, queue, req.group, taken, hotlist.take_sized(
+            sized = await _taking(hotlist, queue, req.group, hotlist.take_sized(
                 queue, req.group, ask, EXTRA_CANDIDATES))
             decision, take = sized.decision, sized.take
             req = replace(req, batch=decision.batch, max_partitions=decision.partitions)
         else:
-            take = await _taking(hotlist, queue, req.group, taken, hotlist.take(
+            take = await _taking(hotlist, queue, req.group, hotlist.take(
                 queue, req.group, req.max_partitions + EXTRA_CANDIDATES))
         want = req.max_partitions + EXTRA_CANDIDATES
         common = _claim_args(req, lease_id)
@@ -324,7 +324,7 @@ async def claim(ctx: BrokerContext, req: PopRequest, lease_id: str,
                 hotlist.seed_aborted(queue, req.group)
                 raise
             await hotlist.seed(queue, req.group, pending)
-            more = await _taking(hotlist, queue, req.group, taken, hotlist.take(
+            more = await _taking(hotlist, queue, req.group, hotlist.take(
                 queue, req.group, max(0, want - len(taken))))
             taken += more.entries
         candidates = list(dict.fromkeys([*hints, *(name for name, _ in taken)]))
@@ -356,12 +356,11 @@ async def claim(ctx: BrokerContext, req: PopRequest, lease_id: str,
                              [(name, epoch, REQUEUE, None) for name, epoch in taken])
 
 
-async def _taking(hotlist: HotListPort, queue: str, group: str,
-                  taken: list[tuple[str, int]], future: Any) -> Any:
+async def _taking(hotlist: HotListPort, queue: str, group: str, future: Any) -> Any:
     """The answer of a hot-list take (``Take`` or ``SizedTake``). A pop cancelled while
     the actor answers would never see the candidates the take made INFLIGHT: they are then
-    checked back in when the answer comes. (``taken``: the pop's candidates so far, which
-    its own ``finally`` gives back.)"""
+    checked back in when the answer comes (the candidates of its earlier takes are given
+    back by ``claim``'s ``finally``)."""
     task = asyncio.ensure_future(future)
     try:
         return await asyncio.shield(task)
