@@ -435,6 +435,35 @@ class HotList:
         if ring is not None:
             ring.seed_claimed_until = float("-inf")
 
+    def reconcile(self, at: float | None = None) -> int:
+        """The database is reachable again (after an outage or a failover): every ring is
+        set right now, not at its reseed floor or after `stranded_after_s`.
+
+        Entries INFLIGHT since `at` or earlier go back to READY (with their epoch bumped,
+        as a reseed does with stranded ones): a pop that took them while the database was
+        gone may still be waiting on a dead connection, and nothing but a late check-in
+        would give them back. WHEEL entries become READY too: the leases and delays they
+        wait on were read before the outage, and PostgreSQL re-decides each on its next
+        claim (a lease still held costs one ``leased`` verdict). Every seeded ring reseeds
+        on its next take, which finds what was pushed (or merged from the spool) while
+        the marks could not be trusted. Returns how many entries became READY."""
+        at = self.clock() if at is None else at
+        readied = 0
+        for groups in self._rings.values():
+            for ring in groups.values():
+                for partition, entry in ring.entries.items():
+                    if entry.state == INFLIGHT and entry.taken_at <= at:
+                        entry.epoch += 1
+                    elif entry.state != WHEEL:
+                        continue
+                    self._make_ready(ring, partition, entry)
+                    readied += 1
+                ring.wheel.clear()  # every WHEEL entry is READY now: its items are stale
+                if ring.seeded_at is not None:
+                    ring.seeded_at = float("-inf")
+                ring.seed_claimed_until = float("-inf")
+        return readied
+
     # --- housekeeping -----------------------------------------------------
 
     def forget_queue(self, queue: str) -> None:
@@ -571,6 +600,9 @@ class HotListActor(AsyncioActor):
 
     def seed_aborted(self, queue: str, group: str) -> None:
         self.hotlist.seed_aborted(queue, group)
+
+    def reconcile(self, at: float | None = None) -> int:
+        return self.hotlist.reconcile(at)
 
     def forget_queue(self, queue: str) -> None:
         self.hotlist.forget_queue(queue)

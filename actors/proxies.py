@@ -60,6 +60,7 @@ class HotListProxy:
     ack_released = proxied(HotListActor.ack_released)
     seed = proxied(HotListActor.seed)
     seed_aborted = proxied(HotListActor.seed_aborted)
+    reconcile = proxied(HotListActor.reconcile)
     forget_queue = proxied(HotListActor.forget_queue)
     stats = proxied(HotListActor.stats)
 

@@ -244,6 +244,110 @@ def analyse(kind, down_s, args, queue, pushes, recv, recv_order, failed_ack, cst
     }
 
 
+def group_figures(layout, pushes, recv_by, order_by, pops_by, failed_ack, rows, marks
+                  ) -> list[dict]:
+    """Per consumer group (``layout``: (group, consumers, batch)): deliveries per second and
+    messages per pop by period; per-partition starvation; delivery latency of pushes sent in
+    the 10 s after the return; lost, duplicated and out-of-order deliveries."""
+    t_out, t_ret, t_stop = marks["outage"], marks["return"], marks["stop"]
+    t_end = marks.get("drained", t_stop)
+    periods = {"before": (marks["start"], t_out), "outage": (t_out, t_ret),
+               "after, first 10 s": (t_ret, min(t_ret + 10, t_stop)),
+               "after, 10 s on": (min(t_ret + 10, t_stop), t_stop),
+               "drain (producers stopped)": (t_stop, t_end)}
+    rec: dict[str, tuple] = {}  # tx -> (partition, n, t_send, t_answer, status)
+    queued_by_part: dict[str, list[tuple[str, float]]] = defaultdict(list)  # push order
+    for k, ps in enumerate(pushes):
+        for n, (ts, ta, st, _b) in enumerate(ps):
+            rec[f"k{k}-{n}"] = (f"k{k}", n, ts, ta, st)
+            if st == "queued":  # stored when answered: claimable from then on
+                queued_by_part[f"k{k}"].append((f"k{k}-{n}", ta))
+    acked = {tx for tx, r in rec.items() if r[4] in ACKED}
+    stored = {r["transaction_id"] for r in rows}
+    index = {tx: r[1] for tx, r in rec.items()}
+    out = []
+    for group, consumers, batch in layout:
+        recv, pops = recv_by[group], sorted(pops_by[group])
+        by_period = {}
+        for name, (a, b) in periods.items():
+            inside = [m for t, _, m in pops if a <= t < b]
+            by_period[name] = {
+                "seconds": b - a, "pops": len(inside), "deliveries": sum(inside),
+                "deliveries_per_s": sum(inside) / (b - a) if b > a else None,
+                "messages_per_pop": sum(inside) / len(inside) if inside else None}
+        # starvation: for each partition, the claims (pop times) of the group; between two
+        # claims (or from the start / until the end), the partition waited with a backlog
+        # from when its oldest queued push not delivered before the later claim was
+        # answered (a partition's pushes are answered and delivered in push order)
+        claims: dict[str, list[float]] = defaultdict(list)
+        for t, part, _ in pops:
+            claims[part].append(t)
+        worst = {"all": (0.0, None, None), "from the return": (0.0, None, None)}
+        for part, queued in queued_by_part.items():
+            times = [*claims.get(part, []), t_end]
+            first = [min(recv[tx]) if tx in recv else float("inf") for tx, _ in queued]
+            i, prev = 0, marks["start"]
+            for c in times:
+                while i < len(queued) and first[i] < c:
+                    i += 1  # delivered by an earlier claim
+                if i < len(queued) and queued[i][1] < c:
+                    since = max(prev, queued[i][1])
+                    for key, floor in (("all", since), ("from the return", max(since, t_ret))):
+                        if c - floor > worst[key][0]:
+                            worst[key] = (c - floor, part, floor - t_ret)
+                prev = c
+        after = [tx for tx in acked if t_ret <= rec[tx][2] < t_ret + 10]
+        lat = lat_summary([(min(recv[tx]) - rec[tx][3]) * 1000 for tx in after if tx in recv])
+        lost = sorted(acked - recv.keys() - stored)
+        undelivered = sorted((acked & stored) - recv.keys())
+        dup = [tx for tx, ts in recv.items() if len(ts) > 1 and tx not in failed_ack]
+        viol = 0
+        for seq in order_by[group].values():
+            seen: set[str] = set()
+            first_seen = [tx for tx in seq if tx in acked and not (tx in seen or seen.add(tx))]
+            viol += order_breaks(first_seen, index)
+        failures = []
+        if lost or undelivered:
+            failures.append(f"{len(lost)} lost, {len(undelivered)} stored but not delivered")
+        if dup:
+            failures.append(f"{len(dup)} received twice (e.g. {dup[:5]})")
+        if viol:
+            failures.append(f"{viol} received out of order")
+        out.append({
+            "group": group, "consumers": consumers, "batch": batch, "periods": by_period,
+            "starvation_s": {k: {"seconds": v[0], "partition": v[1],
+                                 "since_s_after_return": v[2]} for k, v in worst.items()},
+            "latency_first_10s_after_return": lat,
+            "lost": len(lost), "undelivered": len(undelivered), "duplicated": len(dup),
+            "order_violations": viol, "failures": failures})
+    return out
+
+
+def print_groups(groups: list[dict], name: str) -> None:
+    periods = list(groups[0]["periods"]) if groups else []
+    heads = [f"{name}: deliveries/s (messages per pop)"] + [
+        f"{p} ({groups[0]['periods'][p]['seconds']:.1f} s)" for p in periods]
+    def cell(f: dict) -> str:
+        per_pop = "-" if f["messages_per_pop"] is None else f"{f['messages_per_pop']:.1f}"
+        return f"{fmt_n(f['deliveries_per_s'])} ({per_pop})"
+    rows = [[f"{g['group']} ({g['consumers']} x batch {g['batch']})"]
+            + [cell(g["periods"][p]) for p in periods] for g in groups]
+    print(table(heads, rows))
+    rows = []
+    for g in groups:
+        st, lat = g["starvation_s"], g["latency_first_10s_after_return"]
+        rows.append([g["group"],
+                     " ".join((fmt_s(st["all"]["seconds"]), f"({st['all']['partition']})")),
+                     " ".join((fmt_s(st["from the return"]["seconds"]),
+                               f"({st['from the return']['partition']}, from "
+                               f"{fmt_s(st['from the return']['since_s_after_return'])} s)")),
+                     lat["n"], fmt_ms(lat["p50_ms"]), fmt_ms(lat["p99_ms"]), fmt_ms(lat["max_ms"]),
+                     f"{g['lost']}/{g['duplicated']}/{g['order_violations']}"])
+    print(table([f"{name}: group", "longest unclaimed with a backlog s (partition)",
+                 "the same from the return", "pushes in 10 s after return", "p50 ms",
+                 "p99 ms", "max ms", "lost/dup/order"], rows))
+
+
 def fmt_s(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -308,6 +412,8 @@ def print_scenario(r: dict) -> None:
          f"{r['load_avg_start'][0]:.2f} / {r['load_avg_end'][0]:.2f}"],
     ]
     print(table([f"{name}: recovery", "value"], out))
+    if r.get("groups"):
+        print_groups(r["groups"], name)
     lat = [[g, v["n"], fmt_ms(v["p50_ms"]), fmt_ms(v["p99_ms"]), fmt_ms(v["max_ms"])]
            for g, v in r["delivery_latency"].items()]
     print(table([f"{name}: delivery latency (receive - answer), pushes sent",

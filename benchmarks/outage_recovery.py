@@ -17,7 +17,9 @@ one message per request (waiting for the answer), its *n*-th message to broker *
 transactionId ``k<i>-<n>``, paced so that together they aim at ``--rate`` msg/s (a producer that
 falls behind sends at once, without bursting to catch up; the achieved rate is reported).
 One consumer group reads every partition through wildcard long polls (``--consumers`` of them,
-spread over the brokers) and acks each batch, for the whole run.  ``GET /health`` of each broker
+spread over the brokers, ``--pop-batch`` messages a pop) and acks each batch, for the whole run;
+so do the groups of ``--extra-groups`` (default: two groups of three consumers at batch 10, the
+way users consume), each from its own cursor.  ``GET /health`` of each broker
 is polled every 0.2 s (``spool.pendingCount``, ``spool.staging.stagedEvents``,
 ``spool.staging.mergeRatePerSecond``, ``spool.staging.mergedEvents``).
 
@@ -33,7 +35,10 @@ of the earliest push after which no push answered ``buffered``); the drain (peak
 peak summed merge rate, time until spools and staging are empty, events merged per second);
 delivery latency (receive time - answer time) for pushes sent during the outage and in the
 10 s after the return; lost, duplicated, order violations; ``spool.orderExceptions``; what the
-brokers logged.  Exit status 1 when anything acknowledged is lost, duplicated, out of order or
+brokers logged. Per group (``_recovery_report.group_figures``): deliveries per second and
+messages per pop before, during and after the outage; per-partition starvation (the longest
+time a partition holding acknowledged, undelivered pushes went without a pop of the group);
+delivery latency of pushes sent in the 10 s after the return; lost, duplicated, out of order.  Exit status 1 when anything acknowledged is lost, duplicated, out of order or
 not delivered, or the drain did not finish.
 """
 from __future__ import annotations
@@ -73,6 +78,7 @@ from _recovery_report import (  # noqa: E402
     analyse,
     fmt_n,
     fmt_s,
+    group_figures,
     print_scenario,
     summarise_log,
 )
@@ -248,8 +254,17 @@ async def measure(setup: Setup, kind: str, down_s: float, args: argparse.Namespa
     P = args.producers
     interval = P / args.rate
     pushes: list[list[tuple[float, float, str, int]]] = [[] for _ in range(P)]
-    recv: dict[str, list[float]] = defaultdict(list)          # tx -> receive times
-    recv_order: dict[str, list[str]] = defaultdict(list)      # partition -> tx, received order
+    # per group: tx -> receive times; partition -> tx in received order; every pop that
+    # brought messages: (receive time, partition, messages)
+    # (--consumers 0: the extra groups alone; the first of them then stands for "the group"
+    # in the figures that speak of one)
+    layout = [(GROUP, args.consumers, args.pop_batch)] * bool(args.consumers) + [
+        (f"g{i + 1}", c, b) for i, (c, b) in enumerate(args.extra_groups)]
+    first_group = layout[0][0]
+    recv_by: dict[str, dict[str, list[float]]] = {g: defaultdict(list) for g, _, _ in layout}
+    order_by: dict[str, dict[str, list[str]]] = {g: defaultdict(list) for g, _, _ in layout}
+    pops_by: dict[str, list[tuple[float, str, int]]] = {g: [] for g, _, _ in layout}
+    recv, recv_order = recv_by[first_group], order_by[first_group]
     failed_ack: set[str] = set()
     leases_seen: set[str] = set()                             # leaseIds pops handed out
     cstats: Counter = Counter()
@@ -285,11 +300,11 @@ async def measure(setup: Setup, kind: str, down_s: float, args: argparse.Namespa
             for c in clients:
                 await c.aclose()
 
-    async def ack(client: RawHTTPClient, messages: list[dict]) -> bool:
+    async def ack(client: RawHTTPClient, messages: list[dict], group: str) -> bool:
         body = json.dumps({"acknowledgments": [
             {"transactionId": m["transactionId"], "partitionId": m["partitionId"],
              "leaseId": m["leaseId"], "status": "completed"} for m in messages],
-            "consumerGroup": GROUP})
+            "consumerGroup": group})
         # retried until it is taken (a client honouring Retry-After): an ack given up while
         # PostgreSQL is down would leave the partition leased, so blocked for this group,
         # until the lease expires; given up only once the consumers are told to stop
@@ -309,10 +324,11 @@ async def measure(setup: Setup, kind: str, down_s: float, args: argparse.Namespa
                 return False
             await asyncio.sleep(0.2)  # the same ack again: the lease is still ours
 
-    async def consumer(c: int) -> None:
+    async def consumer(group: str, c: int, batch: int) -> None:
         client = RawHTTPClient(urls[c % NB], 1)
-        path = (f"/api/v1/pop/queue/{queue}?consumerGroup={GROUP}&batch={args.pop_batch}"
+        path = (f"/api/v1/pop/queue/{queue}?consumerGroup={group}&batch={batch}"
                 f"&wait=true&timeout=1000")
+        recv, recv_order, pops = recv_by[group], order_by[group], pops_by[group]
         try:
             while not stop_consumers.is_set():
                 try:
@@ -334,11 +350,12 @@ async def measure(setup: Setup, kind: str, down_s: float, args: argparse.Namespa
                 if not messages:
                     continue
                 cstats["pops with messages"] += 1
+                pops.append((t, messages[0]["partition"], len(messages)))
                 for m in messages:
                     leases_seen.add(m.get("leaseId"))
                     recv[m["transactionId"]].append(t)
                     recv_order[m["partition"]].append(m["transactionId"])
-                if not await ack(client, messages):
+                if not await ack(client, messages, group):
                     cstats["acks failed"] += 1
                     failed_ack.update(m["transactionId"] for m in messages)
         finally:
@@ -367,7 +384,11 @@ async def measure(setup: Setup, kind: str, down_s: float, args: argparse.Namespa
         await asyncio.sleep(max(0.0, t - time.perf_counter()))
 
     load_start = os.getloadavg()
-    consumers = [asyncio.create_task(consumer(c)) for c in range(args.consumers)]
+    consumers = [asyncio.create_task(consumer(g, c + offset, batch))
+                 for offset, (g, n, batch) in zip(
+                     [sum(n for _, n, _ in layout[:i]) for i in range(len(layout))], layout,
+                     strict=True)
+                 for c in range(n)]
     poller = asyncio.create_task(poll_health())
     marks["start"] = time.perf_counter()
     producers = [asyncio.create_task(producer(k)) for k in range(P)]
@@ -390,7 +411,7 @@ async def measure(setup: Setup, kind: str, down_s: float, args: argparse.Namespa
         drained, last_note = False, 0.0
         deadline = time.perf_counter() + args.drain_max_s
         while time.perf_counter() < deadline:
-            missing = len(acked - recv.keys())
+            missing = sum(len(acked - r.keys()) for r in recv_by.values())
             t_h, spools = health[-1] if health else (0.0, [None])
             empty = t_h > marks["producers_stopped"] and all(
                 s is not None and s[0] == 0 and s[1] == 0 for s in spools)
@@ -429,7 +450,7 @@ async def measure(setup: Setup, kind: str, down_s: float, args: argparse.Namespa
             "FROM queen.log_consumers lc JOIN queen.partitions p ON p.id = lc.partition_id "
             "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 "
             "AND lc.consumer_group = $2 AND lc.lease_id IS NOT NULL ORDER BY p.name",
-            queue, GROUP)]
+            queue, first_group)]
         leftovers = {
             "staged": await conn.fetchval("SELECT count(*) FROM queen.staged"),
             "spool_backlog": await conn.fetchval("SELECT count(*) FROM queen.spool_backlog")}
@@ -438,6 +459,9 @@ async def measure(setup: Setup, kind: str, down_s: float, args: argparse.Namespa
     res = analyse(kind, down_s, args, queue, pushes, recv, recv_order, failed_ack, cstats,
                   first_errors, health, final, marks, rows, leftovers, drained,
                   load_start, os.getloadavg())
+    res["groups"] = group_figures(layout, pushes, recv_by, order_by, pops_by, failed_ack,
+                                  rows, marks)
+    res["failures"] += [f"group {g['group']}: {f}" for g in res["groups"] for f in g["failures"]]
     wall = time.time() - time.perf_counter()  # perf_counter -> wall clock
     res["marks_wall"] = {k: time.strftime("%H:%M:%S", time.localtime(v + wall))
                          + f".{int((v + wall) % 1 * 1000):03d}" for k, v in marks.items()}
@@ -455,6 +479,16 @@ def parse_scenario(s: str) -> tuple[str, float]:
     return "stop", float(m.group(1))
 
 
+def parse_groups(s: str) -> list[tuple[int, int]]:
+    out = []
+    for part in filter(None, (p.strip() for p in s.split(","))):
+        m = re.fullmatch(r"(\d+)x(\d+)", part)
+        if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+            raise argparse.ArgumentTypeError(f"a group is CONSUMERSxBATCH, not {part!r}")
+        out.append((int(m.group(1)), int(m.group(2))))
+    return out
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -465,8 +499,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     # round trip is ~16 ms under this load), short of the 1,000 msg/s the scenario asks for
     ap.add_argument("--producers", type=int, default=24)
     ap.add_argument("--consumers", type=int, default=6,
-                    help="long-polling consumers of the one group, spread over the brokers")
+                    help="long-polling consumers of the first group, spread over the brokers "
+                         "(0: no such group, only --extra-groups)")
     ap.add_argument("--pop-batch", type=int, default=100)
+    ap.add_argument("--extra-groups", default="3x10,3x10", type=parse_groups,
+                    help="more consumer groups, each CONSUMERSxBATCH (comma-separated; '' none)")
     ap.add_argument("--before-s", type=float, default=10.0, help="normal load before the outage")
     ap.add_argument("--failover-after-s", type=float, default=30.0)
     ap.add_argument("--promote-delay-s", type=float, default=0.3)
@@ -483,8 +520,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.plan = [parse_scenario(s) for s in args.scenarios.split(",") if s.strip()]
     except argparse.ArgumentTypeError as exc:
         ap.error(str(exc))
-    if args.rate <= 0 or args.producers < 1 or args.consumers < 1:
-        ap.error("--rate, --producers and --consumers must be positive")
+    if args.rate <= 0 or args.producers < 1 or args.consumers < 0:
+        ap.error("--rate and --producers must be positive, --consumers not negative")
+    if not args.consumers and not args.extra_groups:
+        ap.error("no consumer group: --consumers 0 needs --extra-groups")
     return args
 
 

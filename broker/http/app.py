@@ -198,6 +198,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
             app.ctx.hotlist = typed_proxy(HotListProxy, HotListActor.start(
                 reseed_ms=settings.queen_hotlist_reseed_ms,
                 track_dirty=settings.mesh_active).proxy())
+            # After an outage the rings are set right at once (HotList.reconcile).
+            store.health.on_back.append(app.ctx.hotlist.reconcile)
         hints = Hints(waiters=app.ctx.waiters_proxy, cache=cache, flags=flags,
                       hotlist=app.ctx.hotlist)
         app.ctx.hints = hints

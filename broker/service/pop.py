@@ -13,13 +13,14 @@ import ujson
 from loguru import logger
 
 from actors.autopilot import START_BATCH, WAIT_MAX_MS, Ask, Decision
-from actors.hotlist import REQUEUE
+from actors.hotlist import REQUEUE, SizedTake
 from broker.core.domain import QUEUE_MODE, PopRequest
 from broker.core.ids import new_uuid7
 from broker.core.logs import Throttle, dropped_note
 from broker.core.telemetry import telemetry
 from broker.service.context import BrokerContext
 from broker.service.long_poll import long_poll
+from broker.service.ports import HotListPort
 from broker.store.db import StoreUnavailable
 
 # A parked pop re-checks every few hundred ms: during an outage, one line a minute per queue.
@@ -300,46 +301,80 @@ async def claim(ctx: BrokerContext, req: PopRequest, lease_id: str,
     assert hotlist is not None and req.queue is not None
     queue = req.queue
 
-    if ask is not None:
-        sized = await hotlist.take_sized(queue, req.group, ask, EXTRA_CANDIDATES)
-        decision, take = sized.decision, sized.take
-        req = replace(req, batch=decision.batch, max_partitions=decision.partitions)
-    else:
-        take = await hotlist.take(queue, req.group, req.max_partitions + EXTRA_CANDIDATES)
-    want = req.max_partitions + EXTRA_CANDIDATES
-    common = _claim_args(req, lease_id)
-    taken = list(take.entries)
-    if take.needs_seed:
-        # A reseed that is due still hands out candidates (now INFLIGHT): they
-        # join the ones taken after the seed, so each is checked in below.
-        try:
-            pending = await store.pending_partitions(queue, req.group)
-        except Exception:
-            hotlist.seed_aborted(queue, req.group)
-            if taken:
-                hotlist.check_in(queue, req.group,
-                                 [(name, epoch, REQUEUE, None) for name, epoch in taken])
-            raise
-        await hotlist.seed(queue, req.group, pending)
-        taken += (await hotlist.take(queue, req.group, max(0, want - len(taken)))).entries
-    candidates = list(dict.fromkeys([*hints, *(name for name, _ in taken)]))
-    if not candidates:
-        # The ring has nothing: let PostgreSQL scan. A partition whose mark was
-        # lost (a dropped mesh hint, a push through a broker with no mesh) is
-        # then found on the pop's next re-check, not at the next reseed.
-        rows = await store.pop(**common, hints=hints)
+    taken: list[tuple[str, int]] = []  # candidates now INFLIGHT: each is checked in below
+    checked_in = False
+    try:
         if ask is not None:
-            took = _took(req, rows)
-            if took is not None:
-                hotlist.pilot_took(queue, req.group, *took)
-        return Claimed(rows, take.next_due, decision)
-    rows = await store.pop(**common, hints=candidates, only_hints=True)
-    took = _took(req, rows) if ask is not None else None
-    if taken:
-        hotlist.check_in(queue, req.group, verdicts(taken, rows), None, took)
-    elif took is not None:
-        hotlist.pilot_took(queue, req.group, *took)
-    return Claimed(rows, None, decision)
+            sized = await _taking(hotlist, queue, req.group, hotlist.take_sized(
+                queue, req.group, ask, EXTRA_CANDIDATES))
+            decision, take = sized.decision, sized.take
+            req = replace(req, batch=decision.batch, max_partitions=decision.partitions)
+        else:
+            take = await _taking(hotlist, queue, req.group, hotlist.take(
+                queue, req.group, req.max_partitions + EXTRA_CANDIDATES))
+        want = req.max_partitions + EXTRA_CANDIDATES
+        common = _claim_args(req, lease_id)
+        taken += take.entries
+        if take.needs_seed:
+            # A reseed that is due still hands out candidates (now INFLIGHT): they
+            # join the ones taken after the seed, so each is checked in below.
+            try:
+                pending = await store.pending_partitions(queue, req.group)
+            except BaseException:
+                hotlist.seed_aborted(queue, req.group)
+                raise
+            await hotlist.seed(queue, req.group, pending)
+            more = await _taking(hotlist, queue, req.group, hotlist.take(
+                queue, req.group, max(0, want - len(taken))))
+            taken += more.entries
+        candidates = list(dict.fromkeys([*hints, *(name for name, _ in taken)]))
+        if not candidates:
+            # The ring has nothing: let PostgreSQL scan. A partition whose mark was
+            # lost (a dropped mesh hint, a push through a broker with no mesh) is
+            # then found on the pop's next re-check, not at the next reseed.
+            rows = await store.pop(**common, hints=hints)
+            if ask is not None:
+                took = _took(req, rows)
+                if took is not None:
+                    hotlist.pilot_took(queue, req.group, *took)
+            return Claimed(rows, take.next_due, decision)
+        rows = await store.pop(**common, hints=candidates, only_hints=True)
+        took = _took(req, rows) if ask is not None else None
+        if taken:
+            hotlist.check_in(queue, req.group, verdicts(taken, rows), None, took)
+            checked_in = True
+        elif took is not None:
+            hotlist.pilot_took(queue, req.group, *took)
+        return Claimed(rows, None, decision)
+    finally:
+        # A claim that raised (the database unavailable, a timeout, the pop cancelled,
+        # any error) gives its candidates back: left INFLIGHT, a partition is no
+        # candidate for any pop until a reseed finds it stranded (``stranded_after_s``),
+        # and after an outage every wildcard pop would fall back to the scan.
+        if taken and not checked_in:
+            hotlist.check_in(queue, req.group,
+                             [(name, epoch, REQUEUE, None) for name, epoch in taken])
+
+
+async def _taking(hotlist: HotListPort, queue: str, group: str, future: Any) -> Any:
+    """The answer of a hot-list take (``Take`` or ``SizedTake``). A pop cancelled while
+    the actor answers would never see the candidates the take made INFLIGHT: they are then
+    checked back in when the answer comes (the candidates of its earlier takes are given
+    back by ``claim``'s ``finally``)."""
+    task = asyncio.ensure_future(future)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        def give_back(done: asyncio.Future) -> None:
+            if done.cancelled() or done.exception() is not None:
+                return
+            answer = done.result()
+            entries = (answer.take if isinstance(answer, SizedTake) else answer).entries
+            if entries:
+                hotlist.check_in(queue, group,
+                                 [(name, epoch, REQUEUE, None) for name, epoch in entries])
+        task.add_done_callback(give_back)
+        raise
 
 
 def _claim_args(req: PopRequest, lease_id: str) -> dict[str, Any]:

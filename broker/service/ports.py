@@ -69,6 +69,10 @@ class HotListPort(Protocol):
 
     def seed_aborted(self, queue: str, group: str) -> Awaitable[None]: ...
 
+    def reconcile(self, at: float | None = ...) -> Awaitable[int]: ...
+
+    def stats(self) -> Awaitable[dict[str, int]]: ...
+
 
 class SpoolPort(Protocol):
     """actors.spool.Spool: the file buffer of pushes the database could not take, and its

@@ -11,6 +11,7 @@ retries are DEBUG too (broker/__main__.py)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from loguru import logger
 
@@ -42,6 +43,10 @@ class DatabaseHealth:
         self.down_since: float | None = None
         self.failed_calls = 0
         self.spooled_items = 0
+        # Called, with the time.monotonic() of the first call that succeeded, when the
+        # database is back: state that an outage leaves stale is set right at once (the
+        # hot-list's rings: HotList.reconcile), not when its own timers come round.
+        self.on_back: list[Callable[[float], object]] = []
 
     @property
     def down(self) -> bool:
@@ -68,8 +73,14 @@ class DatabaseHealth:
         """A call completed against the database."""
         if self.down_since is None:
             return
-        gone = time.monotonic() - self.down_since
+        back = time.monotonic()
+        gone = back - self.down_since
         self.down_since = None
         logger.info("database: reachable again after {:.1f} s ({} call(s) failed, {} push "
                     "item(s) spooled meanwhile{})", gone, self.failed_calls, self.spooled_items,
                     "; the spool replays them now" if self.spooled_items else "")
+        for listener in self.on_back:
+            try:
+                listener(back)
+            except Exception:  # one listener's bug must not fail the call that succeeded
+                logger.exception("database: a listener of its return failed")

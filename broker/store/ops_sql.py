@@ -313,6 +313,8 @@ WHERE consumer_group = $1
 """
 """Rewrite where group $1 starts on partitions it has not consumed yet."""
 
+# The lease's columns, cleared. log_consumers.last_claimed_at is left alone on purpose: the
+# scan's claim order (migration 0015) must survive every release, an operator's too.
 _RELEASE = """lease_id = NULL, lease_acquired_at = NULL, lease_expires_at = NULL,
     lease_last_seq = NULL, batch_size = 0, acked_count = 0, batch_retry_count = 0,
     updated_at = now()"""

@@ -8,6 +8,7 @@ INFLIGHT is invisible to wildcard pops until a reseed finds it stranded
 """
 from __future__ import annotations
 
+import asyncio
 import uuid
 from types import SimpleNamespace
 
@@ -17,7 +18,7 @@ from actors.hotlist import HotListActor
 from broker.core.ids import new_uuid7
 from broker.http.wire.pop import parse_pop
 from broker.service.pop import claim, verdicts
-from broker.store.db import PushRow, Store
+from broker.store.db import PushRow, Store, StoreUnavailable
 
 
 def pop_request(queue: str, group: str = "g"):
@@ -70,6 +71,63 @@ async def test_a_failed_seed_gives_the_candidates_back(store):
         with pytest.raises(ConnectionError):
             await claim(SimpleNamespace(store=FailingSeed(pop=store.pop), hotlist=hotlist),
                         req, new_uuid7(), [])
+        assert (await hotlist.stats())["inflight"] == 0
+    finally:
+        await ref.stop(block=False)
+
+
+class FailingClaim(SimpleNamespace):
+    """The test store, except that every claim raises ``error`` (or, with ``hang``, waits
+    until the pop is cancelled)."""
+
+    async def pop(self, **_kwargs):
+        self.started.set()
+        if self.hang:
+            await asyncio.Event().wait()  # until cancelled
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [StoreUnavailable("database down"), TimeoutError(),
+                                   RuntimeError("a bug")], ids=type)
+async def test_a_claim_that_raises_gives_its_candidates_back(store, error):
+    """Invariant 66: a claim that fails (the database gone, a timeout, any error) leaves no
+    candidate INFLIGHT; the next pop finds every partition in the ring."""
+    ref = HotListActor.start(reseed_ms=60_000, jitter_ms=0)
+    try:
+        hotlist = ref.proxy()
+        queue = f"claim-{uuid.uuid4().hex[:8]}"
+        await push(store, queue, ["a", "b", "c", "d", "e"])
+        req = pop_request(queue)
+        await claim(SimpleNamespace(store=store, hotlist=hotlist), req, new_uuid7(), [])
+        failing = FailingClaim(pending_partitions=store.pending_partitions, error=error,
+                               hang=False, started=asyncio.Event())
+        with pytest.raises(type(error)):
+            await claim(SimpleNamespace(store=failing, hotlist=hotlist), req, new_uuid7(), [])
+        stats = await hotlist.stats()
+        assert stats["inflight"] == 0 and stats["ready"] == 4, stats  # "a" is leased
+    finally:
+        await ref.stop(block=False)
+
+
+async def test_a_cancelled_claim_gives_its_candidates_back(store):
+    """Invariant 66: a pop cancelled while its claim runs (its client went away, the broker
+    stops) leaves no candidate INFLIGHT."""
+    ref = HotListActor.start(reseed_ms=60_000, jitter_ms=0)
+    try:
+        hotlist = ref.proxy()
+        queue = f"claim-{uuid.uuid4().hex[:8]}"
+        await push(store, queue, ["a", "b", "c"])
+        req = pop_request(queue)
+        await claim(SimpleNamespace(store=store, hotlist=hotlist), req, new_uuid7(), [])
+        hanging = FailingClaim(pending_partitions=store.pending_partitions, error=None,
+                               hang=True, started=asyncio.Event())
+        task = asyncio.create_task(
+            claim(SimpleNamespace(store=hanging, hotlist=hotlist), req, new_uuid7(), []))
+        await hanging.started.wait()
+        assert (await hotlist.stats())["inflight"] == 2
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
         assert (await hotlist.stats())["inflight"] == 0
     finally:
         await ref.stop(block=False)

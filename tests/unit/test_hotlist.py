@@ -386,6 +386,36 @@ def test_seed_reclaims_stranded_inflight_only_after_grace(hl, clock):
     assert hl.stats() == {"rings": 1, "ready": 1, "wheel": 0, "inflight": 0}
 
 
+
+def test_database_back_gives_back_inflight_and_wheel_entries_at_once(hl, clock):
+    seeded(hl, "p1", "p2", "p3", "p4")
+    e = dict(hl.take(Q, G, 3).entries)  # p1..p3; the pops holding p1, p2 hang on the database
+    hl.check_in(Q, G, [("p3", e["p3"], TOOK, 30.0)])
+    clock.t += 5  # long before stranded_after_s or the reseed floor
+    assert hl.reconcile(clock.t) == 3
+    assert hl.stats() == {"rings": 1, "ready": 4, "wheel": 0, "inflight": 0}
+    t = take_all(hl)
+    assert t.needs_seed  # the ring reseeds on its next take
+    assert names(t) == ["p4", "p1", "p2", "p3"]  # READY first, then the reclaimed
+    assert dict(t.entries)["p1"] != e["p1"]  # a late check-in of the lost pop sees a race
+
+
+def test_database_back_leaves_candidates_taken_after_the_return(hl, clock):
+    seeded(hl, "p1", "p2")
+    back = clock.t
+    clock.t += 0.01
+    hl.take(Q, G, 1)  # p1: taken by a pop after the database came back
+    assert hl.reconcile(back) == 0
+    assert hl.stats()["inflight"] == 1
+
+
+def test_database_back_keeps_a_cold_ring_cold(hl):
+    assert hl.take(Q, G, 10) == Take(True, [])  # asked to seed; the scan failed
+    hl.seed_aborted(Q, G)
+    assert hl.reconcile() == 0
+    assert hl.take(Q, G, 10) == Take(True, [])
+
+
 # --- invariant 38: dirty-hint coalescing --------------------------------------
 
 

@@ -49,6 +49,23 @@ def test_an_error_the_health_was_told_of_is_the_outage(lines):
         "answer 503 until it is back\n"]
 
 
+def test_the_return_of_the_database_is_told_to_its_listeners_once(lines):
+    health = DatabaseHealth()
+    heard: list[float] = []
+
+    def broken(_at: float) -> None:
+        raise RuntimeError("a listener's bug")
+
+    health.on_back += [heard.append, broken, heard.append]
+    health.succeeded()  # never down: nothing to tell
+    before = time.monotonic()
+    health.failed(Unreachable("refused"))
+    health.succeeded()
+    health.succeeded()
+    assert len(heard) == 2 and heard[0] == heard[1] >= before  # the others still heard it
+    assert any("a listener of its return failed" in line for line in lines)
+
+
 async def test_the_reconcile_loop_meets_the_outage_at_debug(lines):
     health = DatabaseHealth()
 

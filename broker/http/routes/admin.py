@@ -142,8 +142,9 @@ async def shared_state(app) -> dict:
     cache = app.ctx.queue_cache.stats()
     parked = await app.ctx.waiters_proxy.parked_count()
     long_polls = long_poll_figures(await app.ctx.waiters_proxy.wake_stats(), telemetry.pops)
+    hot_list = await app.ctx.hotlist.stats() if app.ctx.hotlist is not None else None
     return shared_state_answer(settings, mesh is not None, transport, cache, app.ctx.flags.push,
-                               app.ctx.flags.pop, parked, long_polls)
+                               app.ctx.flags.pop, parked, long_polls, hot_list)
 
 
 @bp.get("/api/v1/system/shared-state")

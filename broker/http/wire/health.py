@@ -31,9 +31,11 @@ def health_answer(ok: bool, settings: Settings, database_server: dict, broker_ve
 
 def shared_state_answer(settings: Settings, running: bool, transport: dict | None,
                         queue_config_cache: dict, maintenance: bool, pop_maintenance: bool,
-                        parked_pops: int, long_polls: dict) -> dict:
+                        parked_pops: int, long_polls: dict,
+                        hot_list: dict | None = None) -> dict:
     """``running``: this broker has a mesh; its stats under ``transport``. Then the config
-    cache, peer liveness and the maintenance flags."""
+    cache, peer liveness and the maintenance flags; ``hot_list``: what the hot-list's rings
+    hold (None with QUEEN_HOTLIST=false)."""
     return {
         "enabled": settings.queen_sync_enabled,
         "running": running,
@@ -49,6 +51,7 @@ def shared_state_answer(settings: Settings, running: bool, transport: dict | Non
         "pop_maintenance_mode": pop_maintenance,
         "parkedPops": parked_pops,
         "longPolls": long_polls,
+        "hotList": hot_list,
     }
 
 
