@@ -123,6 +123,15 @@ def test_every_module_is_named_in_architecture_md():
     assert not problems, "\n".join(problems)
 
 
+def test_every_document_is_named_in_architecture_md():
+    block = architecture_blocks((ROOT / "ARCHITECTURE.md").read_text())["docs/"]
+    missing = [f"docs/{doc.name}: not named in ARCHITECTURE.md: write `{doc.name}` in the "
+               f"`docs/` block of the map, saying what it holds"
+               for doc in sorted((ROOT / "docs").glob("*.md"))
+               if not re.search(rf"(?<![\w/.\-]){re.escape(doc.name)}\b", block)]
+    assert not missing, "\n".join(missing)
+
+
 # -- the packages' docstring maps -----------------------------------------------------------
 
 def bare_names(docstring: str) -> set[str]:
