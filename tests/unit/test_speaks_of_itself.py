@@ -1,13 +1,12 @@
 """The repository speaks of itself: no tracked file of the code, docs, tests or benchmarks
-cites a ticket ("issue 14", "issue-14 target", "the issue's scenario") or speaks of owners'
-choices. A reader has no tracker to look them up in: a comment says what the thing is and
-why.
+cites a ticket (the word for one followed by its number, or by a colon, or in the possessive)
+or speaks of what its owners chose. A reader has no tracker to look them up in: a comment says
+what the thing is and why. The forms are in CITATION below.
 
 Not citations, and not matched: "issue" as a verb (a cohort of parked pops issues one timer
 query; ``tests/mesh_pki.py``'s ``issue()`` issues a certificate) and "owner" for a queue's
-owning broker or a file's owner. The patterns need a number, ``'s`` or a colon after
-"issue", and the possessive "owner's" is spelled "the owning broker's" where a broker is
-meant, so no exception is needed.
+owning broker or a file's owner; the possessive is spelled "the owning broker's" where a
+broker is meant, so no exception is needed.
 """
 from __future__ import annotations
 
