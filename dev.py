@@ -8,6 +8,7 @@
     python3 dev.py ha       # an HA pair (or --brokers 3) on loopback, see compose/local_ha.py
     python3 dev.py ctl ...  # queenctl, the operator's command line (e.g. `ctl status`)
     python3 dev.py reset    # stop what `run` left behind and delete .queen/ (all its data)
+    python3 dev.py schema   # regenerate broker/store/schema_current.sql from the migrations
 
 Each command first makes sure ./.venv exists and holds this project (and, for
 test and bench, its test dependencies). Extra arguments are passed on
@@ -138,7 +139,7 @@ def reset() -> int:
 
 
 def main() -> int:
-    commands = ("run", "test", "bench", "micro", "ha", "ctl", "reset")
+    commands = ("run", "test", "bench", "micro", "ha", "ctl", "reset", "schema")
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__, file=sys.stderr)
         return 2
@@ -161,6 +162,9 @@ def main() -> int:
         ensure_venv("test")
         argv = [str(BIN / "python"), "-m", "pytest", str(ROOT / "benchmarks" / "test_micro.py"),
                 "--benchmark-only", "-p", "no:cacheprovider", *rest]
+    elif command == "schema":
+        ensure_venv("")
+        argv = [str(BIN / "python"), "-m", "broker.store.schema_dump", *rest]
     elif command == "ha":
         ensure_venv("")
         argv = [str(BIN / "python"), str(ROOT / "compose" / "local_ha.py"), *rest]

@@ -1,4 +1,4 @@
-"""The issue-14 targets as one table: target, measured, ratio, met / NOT met.
+"""The targets the broker is held to, as one table: target, measured, ratio, met / NOT met.
 
 ``target_rows(results)`` takes each benchmark's result (``{name: result}``, ``None`` or absent
 for one that crashed or was not run) and answers one row per target.  The ratio column is the
@@ -172,15 +172,15 @@ TARGETS: list[tuple[str, str, Check]] = [
      _partitions_push(100)),
     ("every partition with pending messages served by wildcard pops", "partitions", _served),
     ("fan-out: broker CPU per delivery, 10 groups <= 1.2 x 1 group", "fanout", _fanout),
-    ("push 100, binary QPB1 >= 1.5 x JSON msg/s (issue 26)", "client_paths",
+    ("push 100, binary QPB1 >= 1.5 x JSON msg/s", "client_paths",
      _vs_json("push", "binary", 1.5)),
-    ("push 100, framed+zstd QPB1 >= 1.5 x JSON msg/s (issue 26)", "client_paths",
+    ("push 100, framed+zstd QPB1 >= 1.5 x JSON msg/s", "client_paths",
      _vs_json("push", "frames", 1.5)),
-    ("pop + ack 100, framed QPF1 >= 1.3 x JSON msg/s (issue 26)", "client_paths",
+    ("pop + ack 100, framed QPF1 >= 1.3 x JSON msg/s", "client_paths",
      _vs_json("pop", "frames", 1.3)),
-    ("consume() drain: autopilot time <= 1.2 x best hand-tuned (issue 26)", "client_paths",
+    ("consume() drain: autopilot time <= 1.2 x best hand-tuned", "client_paths",
      _drain_autopilot),
-    ("ephemeral push, 1 message per request >= 5 x durable push (issue 27)", "ephemeral",
+    ("ephemeral push, 1 message per request >= 5 x durable push", "ephemeral",
      _ephemeral_push),
 ]
 
@@ -224,4 +224,4 @@ def target_rows(results: dict[str, dict | None]) -> list[Row]:
     return rows
 
 
-HEADERS = ["issue-14 target", "measured", "ratio", "verdict"]
+HEADERS = ["target", "measured", "ratio", "verdict"]

@@ -1,5 +1,5 @@
 """``client_paths``: the official client's (``queen-mq`` 2.6) fast paths against its JSON paths,
-side by side in one run (issue 26).
+side by side in one run.
 
 One PostgreSQL and one broker.  Registered in run.py (``python3 dev.py bench client_paths``).
 

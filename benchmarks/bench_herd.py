@@ -1,4 +1,4 @@
-"""``herd``: the thundering herd, 2,000 long polls parked on one queue (issue 14).
+"""``herd``: the thundering herd, 2,000 long polls parked on one queue.
 
 One PostgreSQL and one broker.  Registered in run.py (``python3 dev.py bench herd``);
 profile_broker.py runs ``run`` against a broker of its own by replacing ``Env``.

@@ -1,5 +1,4 @@
-"""``outage_ha``: per-partition order across three brokers' spools through two PostgreSQL stops
-(issue 18).
+"""``outage_ha``: per-partition order across three brokers' spools through two PostgreSQL stops.
 
 One embedded PostgreSQL (skipped when PG_HOST is set) and ``--outage-ha-brokers`` brokers
 without the mesh, each with its own spool.  Registered in run.py

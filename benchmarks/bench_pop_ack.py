@@ -1,4 +1,4 @@
-"""``pop``: msg/s of pop + ack over HTTP against a raw-asyncpg baseline (issue 14).
+"""``pop``: msg/s of pop + ack over HTTP against a raw-asyncpg baseline.
 
 One PostgreSQL and one broker.  Registered in run.py (``python3 dev.py bench pop``).
 

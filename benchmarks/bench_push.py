@@ -1,4 +1,4 @@
-"""``push``: msg/s through ``POST /api/v1/push`` against a raw-asyncpg baseline (issue 14).
+"""``push``: msg/s through ``POST /api/v1/push`` against a raw-asyncpg baseline.
 
 One PostgreSQL and one broker.  Registered in run.py (``python3 dev.py bench push``).
 

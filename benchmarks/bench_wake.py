@@ -1,4 +1,4 @@
-"""``wake``: long-poll wake latency on one broker (issue 14: p99 < 5 ms).
+"""``wake``: long-poll wake latency on one broker (target: p99 < 5 ms).
 
 One PostgreSQL and one broker.  Registered in run.py (``python3 dev.py bench wake``).
 
@@ -103,8 +103,8 @@ async def wake_series(pop_url: str, push_url: str, tries: int, warmup: int,
             "samples_from_push_response_ms": [round(x, 3) for x in from_resp]}
 
 
-WAKE_TARGET_MS = 5      # issue 14: wake p99 on one broker
-WAKE_HA_TARGET_MS = 10  # issue 14: wake p99 across the mesh
+WAKE_TARGET_MS = 5      # target: wake p99 on one broker
+WAKE_HA_TARGET_MS = 10  # target: wake p99 across the mesh
 WAKE_ROWS = (("wake after push response", "latency_from_push_response_ms"),
              ("wake after push send", "latency_from_push_send_ms"),
              ("push round trip", "push_round_trip_ms"))

@@ -1,4 +1,4 @@
-"""``wake_ha``: the wake of bench_wake.py across two brokers, with and without the mesh (issue 14:
+"""``wake_ha``: the wake of bench_wake.py across two brokers, with and without the mesh (target:
 p99 < 10 ms across the mesh).
 
 One PostgreSQL and two brokers.  Registered in run.py (``python3 dev.py bench wake_ha``).

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Recovery of a three-broker cluster after a PostgreSQL outage while traffic continues
-(issue 25, "Done when").
+"""Recovery of a three-broker cluster after a PostgreSQL outage while traffic continues:
+whether the staged drain gets every broker back to `queued` within twice the outage and
+delivers what was pushed after the return within 15 s (docs/spool-drain.md).
 
     .venv/bin/python benchmarks/outage_recovery.py                       # stop10,stop60,failover
     .venv/bin/python benchmarks/outage_recovery.py --scenarios stop3 --rate 100   # a smoke run

@@ -10,7 +10,7 @@
 Each benchmark starts its own PostgreSQL (embedded, in a temp dir; or the server named by
 PG_HOST/PG_PORT/PG_USER/PG_PASSWORD/PG_DB) and its own broker process (LOG_LEVEL=WARNING) on
 loopback, runs bounded loops (bounded counts and a time cap per phase), prints a table and writes
-its results as JSON to <results-dir>/<name>-<timestamp>.json.  A summary table and the issue-14
+its results as JSON to <results-dir>/<name>-<timestamp>.json.  A summary table and the
 targets table (_targets.py: target, measured, ratio, met / NOT met) close the run.  Every
 benchmark reports the broker's CPU per 1,000 messages and its RSS (_harness.BrokerMeter).
 Throughput is compared with a raw-asyncpg baseline doing the equivalent minimal SQL on the same
@@ -187,7 +187,7 @@ async def main_async(args: argparse.Namespace) -> int:
     print("\n== summary " + "=" * 63)
     print(table(["benchmark", "broker", "baseline: raw asyncpg / target", "broker/raw, verdict"],
                 summary))
-    print("\n== issue-14 targets " + "=" * 54)
+    print("\n== targets " + "=" * 62)
     print(table(TARGET_HEADERS, target_rows(by_name)))
     print(f"  load {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {env['cpus']} cpus; a "
           f"missed target does not change the exit status (invariant failures do)")

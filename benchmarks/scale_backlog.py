@@ -1,4 +1,4 @@
-"""``backlog``: pops and the background jobs over a backlog of 10 M messages (issue 14).
+"""``backlog``: pops and the background jobs over a backlog of 10 M messages.
 
 Registered in run.py (``python3 dev.py bench backlog``; ``--backlog-messages`` sets the size).
 

@@ -1,4 +1,4 @@
-"""``fanout``: 1, 5 and 10 consumer groups consuming the same messages (issue 14).
+"""``fanout``: 1, 5 and 10 consumer groups consuming the same messages.
 
 One PostgreSQL and one broker.  Registered in run.py (``python3 dev.py bench fanout``).
 

@@ -1,4 +1,4 @@
-"""``partitions``: push and wildcard pops over 1,000 and 10,000 partitions (issue 14).
+"""``partitions``: push and wildcard pops over 1,000 and 10,000 partitions.
 
 One PostgreSQL and one broker.  Registered in run.py (``python3 dev.py bench partitions``).
 

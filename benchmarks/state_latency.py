@@ -1,4 +1,4 @@
-"""Round trips of the state surfaces (issue 17), through the official client.
+"""Round trips of the state surfaces, through the official client.
 
     .venv/bin/python benchmarks/state_latency.py [--tries 200] [--brokers 3]
 

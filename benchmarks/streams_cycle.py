@@ -1,4 +1,4 @@
-"""Streaming SDK throughput: cycles/s and events/s of a tumbling-window sum (issue 16).
+"""Streaming SDK throughput: cycles/s and events/s of a tumbling-window sum.
 
     .venv/bin/python benchmarks/streams_cycle.py [--partitions 8] [--events 20000]
         [--batch 200] [--runners 2]

@@ -1,4 +1,4 @@
-"""Wildcard pops over many partitions: the worst time a pending message waits (issue 13).
+"""Wildcard pops over many partitions: the worst time a pending message waits.
 
     .venv/bin/python benchmarks/wildcard_gap.py [--partitions 200] [--seconds 40]
     BENCH_BROKER_ROOT=/path/to/other/checkout .venv/bin/python benchmarks/wildcard_gap.py

@@ -9,7 +9,9 @@ connections, each used one way.
 Every connection opens with a HELLO that cannot be replayed and carries
 only sealed frames after it (handshake.py, frames.py); optionally all of it
 inside mutual TLS (tls.py). Every resource an unauthenticated client can
-hold is bounded (listener.py).
+hold is bounded (listener.py). One dialled connection per peer is an actor
+with a bounded queue and the heartbeat (peer.py); wakes received from peers
+are coalesced per queue before they wake anything (wake_gate.py).
 
 This package knows nothing of HTTP or the database; the broker gives the
 mesh an `on_frame(type, payload, sender_server_id)` callback and calls

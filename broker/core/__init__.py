@@ -1,2 +1,13 @@
-"""The leaves every layer may use: configuration, logging, telemetry, the acceptance rule,
-the payload cipher, ids and times, and the domain types."""
+"""The leaves every layer may use; nothing here imports the project above it:
+
+    config.py          every environment variable: parsed, validated, documented once
+    config_parsers.py  the parsers config.py's variables use, and ConfigError
+    logs.py            one log format for every line (text or JSON), Throttle
+    telemetry.py       the process's counters, rate meters and latency histograms
+    validate.py        the acceptance rule: what PostgreSQL will store, checked before answering
+    crypto.py          the AES-256-GCM payload envelope
+    errors.py          BadRequest: a caller's mistake, answered 400
+    ids.py             uuid7 ids and the uuid check
+    times.py           ISO-8601 spellings and the timestamp parse
+    domain.py          the value types several layers share (PushItem, PopRequest, AckRow)
+"""

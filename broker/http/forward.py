@@ -1,6 +1,6 @@
 """An ephemeral queue's requests are served by its owner (docs/ephemeral.md, "Ownership"): a
-broker that does not own the queue passes the request on to the owner's advertised HTTP API
-(QUEEN_ADVERTISE_URL, carried in its mesh heartbeats) and hands the owner's answer back as
+broker that does not own the queue passes the request on to the owning broker's advertised HTTP API
+(QUEEN_ADVERTISE_URL, carried in its mesh heartbeats) and hands the owning broker's answer back as
 it came. One hop at most: a forwarded request is served where it arrives.
 
 Not forwarded, served here: every request without a mesh, and, when JWT auth is on while
@@ -25,7 +25,7 @@ forwards it."""
 
 _PASSED_ON = ("content-type", "authorization")
 _KEPT = ("retry-after",)  # with the content type, passed on its own
-_SLACK_S = 5.0  # past a long poll's own timeout, so the owner's answer comes first
+_SLACK_S = 5.0  # past a long poll's own timeout, so the owning broker's answer comes first
 _UNREACHABLE_LINES = Throttle(60.0)
 
 
@@ -36,7 +36,7 @@ def forwarding(request: BrokerRequest) -> bool:
 
 
 async def at_owner(request: BrokerRequest, queue: str, wait_ms: int = 0) -> HTTPResponse | None:
-    """The owner's answer to this request when another broker owns ``queue``; None when it
+    """The owning broker's answer to this request when another broker owns ``queue``; None when it
     is to be served here. ``wait_ms``: a long poll's timeout, which the forwarding outlives."""
     ctx = request.app.ctx
     if request.headers.get(FORWARDED_BY) or not forwarding(request):

@@ -24,4 +24,9 @@ testable without HTTP.
     riders.py     the kv and timers arrays of a transaction
     state_ops.py  the operator views of key/value, locks and timers
     migration.py  the copy of the queen schema to another PostgreSQL (pg_dump | pg_restore)
+    ephemeral.py  the eight ephemeral verbs on the rings; configure / delete the declarations
+    ownership.py  rendezvous hashing: the broker that owns an ephemeral queue
+    ephemeral_ownership.py   the members watched: rings of queues that moved are dropped
+    supervision.py  the supervised consumers: heads and chunks reassembled and checked
+    spools.py     the cluster's spool holds: read, and an operator's release
 """

@@ -676,7 +676,7 @@ class Store:
                         raise PartitionHeld(first["queue"], first["partition"])
         return dead, pushed[0]
 
-    # -- pool figures (issue 28: what /metrics reads of the pool, read here) --------------
+    # -- pool figures (what /metrics reads of the pool, read here: the pool is the store's) --
     def pool_sizes(self) -> tuple[int, int, int]:
         """The pool's connections now, the idle ones among them, and its ceiling."""
         return self.pool.get_size(), self.pool.get_idle_size(), self.pool.get_max_size()

@@ -13,7 +13,7 @@ from broker.store.figures_sql import partition_figures
 # array (array_fill), and the item index is generated (generate_series). $1 is the item
 # count; an ``$a::t[], $s::t`` pair is (array, NULL) or (NULL, the one value). One prepared
 # statement serves both forms. Measured on push_ordered_v4 at 100 items: 325 -> 189 us of
-# client CPU per call and 10 % less wall time (benchmarks/README.md, issue 30).
+# client CPU per call and 10 % less wall time (benchmarks/README.md, "The hot path, change by change").
 
 PUSH_ORDERED = """
 SELECT idx, message_id, partition_id, status, late, peer, error

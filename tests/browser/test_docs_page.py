@@ -1,4 +1,4 @@
-"""/docs in a real browser (issue 29): every method badge holds its whole label (the
+"""/docs in a real browser: every method badge holds its whole label (the
 navigation's hanging indent once pushed "POST" half out of its badge and cut "DELETE" to
 "ELETE"), and the descriptions are drawn, not shown as raw Markdown."""
 from __future__ import annotations

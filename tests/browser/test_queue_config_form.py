@@ -1,5 +1,5 @@
 """The queue page's configuration form says, per option, whether this broker applies it, and
-after a save shows what the configure answer applied and what it ignored (issue 29: no
+after a save shows what the configure answer applied and what it ignored (no
 silent option)."""
 from __future__ import annotations
 

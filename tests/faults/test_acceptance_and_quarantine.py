@@ -1,4 +1,4 @@
-"""Acknowledged means durable on every path (issue 8), through HTTP against
+"""Acknowledged means durable on every path, through HTTP against
 real brokers and a real PostgreSQL.
 
 * A push is acknowledged (``queued`` / ``buffered``) only if PostgreSQL will
@@ -61,7 +61,7 @@ def lone_broker(fresh_database, tmp_path):
 
 
 def test_poison_pushes_during_maintenance_are_refused_and_cost_nobody_anything(lone_broker):
-    """The issue's scenario: honest producers get ``buffered`` during push
+    """Poison among honest pushes: honest producers get ``buffered`` during push
     maintenance, poison pushes between them; every poison push is refused with
     400 up front, and when maintenance ends every honest item lands exactly
     once, in per-partition order, with nothing quarantined."""

@@ -1,4 +1,4 @@
-"""The embedded PostgreSQL after its start (issue 29): the broker that started it says so
+"""The embedded PostgreSQL after its start: the broker that started it says so
 when its postmaster dies and restarts it (the pushes it acknowledged meanwhile, spooled,
 reach PostgreSQL); a server stopped on purpose, or one another process started, is left
 alone; a taken EMBEDDED_PG_PORT is one line. Real broker processes, each on an embedded

@@ -224,7 +224,7 @@ async def test_order_holds_when_pushes_continue_while_the_spool_drains(db, broke
 
 async def test_an_outage_reads_as_a_few_clear_lines_without_tracebacks(db, brokers, queue_name):
     """While PostgreSQL is down, requests keep failing (503) and asyncpg keeps retrying its
-    pool; the log says so in three lines (issue 29): down, back (with how long and counts),
+    pool; the log says so in three lines: down, back (with how long and counts),
     drained (with counts), and no traceback. The other parts that meet the outage (the timer
     sweeper, the staging merger, the jobs, the spool's registration, the pool) say it at
     DEBUG only."""
@@ -265,7 +265,7 @@ async def test_an_outage_reads_as_a_few_clear_lines_without_tracebacks(db, broke
 
 async def test_a_spool_left_at_shutdown_is_told_and_its_drain_timed_from_the_first_push(
         db, tmp_path, queue_name):
-    """Issue 29: a broker stopped while pushes wait in its spool says how many and where,
+    """A broker stopped while pushes wait in its spool says how many and where,
     and the next start's "drained" line counts from the first spooled push (read from the
     spool), not from that start."""
     spool = tmp_path / "spool"

@@ -1,5 +1,5 @@
-"""A maintenance flip that cannot be stored answers 503 and changes nothing
-(issue 13): the database holds the flag, and a broker that flipped only its
+"""A maintenance flip that cannot be stored answers 503 and changes nothing:
+the database holds the flag, and a broker that flipped only its
 own mirror would be reverted by its own reconcile loop after answering
 "ENABLED"."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Property (issue 8): for any push body, on the direct path and on the spool
+"""Property: for any push body, on the direct path and on the spool
 path alike, either the whole request is refused with a 4xx and nothing of it
 is stored, or every item it acknowledged is stored exactly once.
 

@@ -1,4 +1,4 @@
-"""Per-partition order across brokers' spools (issue 18), with real broker
+"""Per-partition order across brokers' spools, with real broker
 processes on one real PostgreSQL that these tests stop and start.
 
 Producers send each partition's messages one at a time, in sequence,

@@ -1,4 +1,4 @@
-"""Ephemeral queues across three meshed brokers (issue 27, item 2), through the official client.
+"""Ephemeral queues across three meshed brokers, through the official client.
 
 Invariants: every broker serves every ephemeral verb of every queue, because each queue has
 one owner among the brokers alive (rendezvous hashing, the same pick on every broker) and the
@@ -197,7 +197,7 @@ def test_an_owner_that_cannot_be_reached_is_a_503_and_nothing_is_stored_here(
 
 
 async def test_conflation_and_supervision_hold_across_the_three_brokers(trio, queue_name):
-    """The other two parts of issue 27 keep their state in PostgreSQL, so any broker serves
+    """Conflation and supervision keep their state in PostgreSQL, so any broker serves
     them: a group's conflation policy stored through one broker applies through the others,
     and a consumer's supervision status published through one is listed by another."""
     a, b, c = trio

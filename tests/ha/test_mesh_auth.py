@@ -1,4 +1,4 @@
-"""The authenticated mesh against real broker processes (issue 9).
+"""The authenticated mesh against real broker processes.
 
 An attacker who can reach a broker's mesh port, and who may have recorded
 everything one broker sent another, changes nothing: replayed or altered

@@ -1,4 +1,4 @@
-"""A PostgreSQL failover under a running broker (issue: operating HA for real).
+"""A PostgreSQL failover under a running broker: HA operated for real.
 
 Real parts: a primary and a streaming standby (pg_basebackup -R, synchronous replication, so
 an acknowledged ``queued`` push is on the standby before it is answered), a broker process

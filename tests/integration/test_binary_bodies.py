@@ -1,4 +1,4 @@
-"""The official client's binary bodies (issue 26), through queen-mq 2.6.0 itself:
+"""The official client's binary bodies, through queen-mq 2.6.0 itself:
 ``binary_push=True`` sends pushes as QPB1 (with ``push_compression``: zstd-framed groups),
 and with both a transaction's pushes go as QTB1 (a JSON head plus framed groups).
 

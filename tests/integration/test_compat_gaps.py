@@ -1,5 +1,5 @@
-"""Compatibility gaps with the official clients and consistency of the operator figures
-(issue 10): subscription modes as the clients send them, values the clients send that we
+"""Compatibility gaps with the official clients and consistency of the operator figures:
+subscription modes as the clients send them, values the clients send that we
 used to refuse, one meaning of pending on every surface, truthful transaction answers
 after a rollback, and HEAD on GET routes.
 

@@ -1,4 +1,4 @@
-"""Compressed answers (issue 26, item 4): an answer of at least RESPONSE_COMPRESSION_MIN_BYTES
+"""Compressed answers: an answer of at least RESPONSE_COMPRESSION_MIN_BYTES
 goes zstd- or gzip-encoded when the request's Accept-Encoding takes it, and decodes to exactly
 the bytes the uncompressed answer has; small answers, unaccepted encodings (q=0, identity)
 and a broker with the setting at 0 send the body as it is. The official client (httpx

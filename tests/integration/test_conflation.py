@@ -1,4 +1,4 @@
-"""Conflation (issue 27, item 1): last-value delivery for a consumer group, through the official
+"""Conflation: last-value delivery for a consumer group, through the official
 client (queen-mq 2.6.0: ``.conflation()`` on pop and consume) and on the wire.
 
 Invariants: a conflating group's pop of a partition delivers only the newest visible message

@@ -1,4 +1,4 @@
-"""Framed pops (issue 26, item 3): a pop with ``frames=true`` that finds messages is answered
+"""Framed pops: a pop with ``frames=true`` that finds messages is answered
 as QPF1 frames, which the official client (queen-mq 2.6.0, ``framed_pop=True``) unpacks; its
 partitions are named by u64 handles, which every ack route takes.
 

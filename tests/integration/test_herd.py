@@ -1,4 +1,4 @@
-"""No thundering herd (issue 14): a committed push wakes, per queue and consumer group, only
+"""No thundering herd: a committed push wakes, per queue and consumer group, only
 as many parked long polls as it can satisfy, and timer re-checks of many parked pops on one
 queue are shared. Counted through /health's ``shared_state.longPolls`` figures (claim
 statements issued, timer re-checks and how many of them another pop's check answered), never

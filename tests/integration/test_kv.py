@@ -1,4 +1,4 @@
-"""Key/value (issue 17) through the official client's ``client.kv`` (POST /api/v1/kv)
+"""Key/value through the official client's ``client.kv`` (POST /api/v1/kv)
 and the path-style sugar routes over HTTP, against the real broker process."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Locks and semaphores with fencing tokens (issue 17) through the official client's
+"""Locks and semaphores with fencing tokens through the official client's
 ``client.lock`` / ``client.semaphore`` / ``client.locks`` (POST /api/v1/locks)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Requests that used to answer 500 (issue 8): a caller's mistake is a 4xx naming it, a busy
+"""Requests that used to answer 500: a caller's mistake is a 4xx naming it, a busy
 database is a 503 with Retry-After, and no stored value can make a read route fail.
 
 Every case talks to real broker processes and a real PostgreSQL.

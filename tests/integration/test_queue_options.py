@@ -1,4 +1,4 @@
-"""No silent queue option (issue 29, item 2): every option a client sends is applied, refused
+"""No silent queue option: every option a client sends is applied, refused
 with a 400 naming it, or accepted with an explicit ``ignored`` list in the configure answer.
 
 maxSize: a push that would take the queue's depth past it is refused for that queue's items

@@ -1,4 +1,4 @@
-"""Every code block of README.md runs as written, against a real broker (issue 29).
+"""Every code block of README.md runs as written, against a real broker.
 
 The rule, block by block. A block is a fenced block of README.md (from a line starting with
 three backticks to the next such line); its kind is the first word of the fence's info string.

@@ -1,4 +1,4 @@
-"""Offset reads and partition discovery (issue 17) through the official client:
+"""Offset reads and partition discovery through the official client:
 ``queue.fetch`` (POST /api/v1/fetch) and ``queue.changed_since``
 (POST /api/v1/partitions/changed), against the real broker process."""
 from __future__ import annotations

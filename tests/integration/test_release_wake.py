@@ -1,4 +1,4 @@
-"""Wakes on release (issue 13): an ack that releases a lease makes the
+"""Wakes on release: an ack that releases a lease makes the
 partition claimable again, and a pop parked on it is served at once, not at
 its next backoff re-check.
 

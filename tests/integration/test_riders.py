@@ -1,4 +1,4 @@
-"""Transaction riders and guards (issue 17) through the official client:
+"""Transaction riders and guards through the official client:
 ``client.transaction()...kv...``, ``.timer(...)``, ``.once(...)`` and ``.guard(lock)``
 on POST /api/v1/transaction: the acks, pushes, key/value writes and timers of one step
 commit in one PostgreSQL transaction, or none of them does."""

@@ -1,4 +1,4 @@
-"""JWT roles on the state surfaces (issue 17): reads (fetch, partitions/changed, kv reads,
+"""JWT roles on the state surfaces: reads (fetch, partitions/changed, kv reads,
 lock get, timer peek/list) need READ_ONLY; anything that writes (a kv batch with a write,
 a lock acquire/renew/release, timers) needs READ_WRITE, and a refused call changed nothing."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Operator views of key/value, locks and timers (issue 17 item 6): the routes
+"""Operator views of key/value, locks and timers: the routes
 ``/api/v1/resources/kv/namespaces``, ``kv/list``, ``/api/v1/resources/locks``,
 ``/api/v1/resources/timers``, and the state families of ``/metrics/prometheus``, with
 exact figures from a scenario made through the official client on a broker of its own

@@ -1,4 +1,4 @@
-"""Consumer supervision (issue 27, part 3): the official client's
+"""Consumer supervision: the official client's
 ``consume().supervision({"group": ...})`` publishes its status in the key/value namespace
 ``queen-supervisor`` and ``GET /api/v1/status/supervision`` reads it back; forged and
 garbage values there are flagged, never a 500; every other ``queen-`` namespace stays the

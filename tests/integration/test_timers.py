@@ -1,4 +1,4 @@
-"""Timers (issue 17) through the official client's ``client.timers`` / ``client.timer``
+"""Timers through the official client's ``client.timers`` / ``client.timer``
 (POST /api/v1/timers, DELETE /api/v1/timers/<queue>/<key>, peek and list), delivered
 as messages by the brokers' sweepers."""
 from __future__ import annotations

@@ -615,7 +615,7 @@ def test_configure_response_shape(http, database, queue_name):
 
 
 def test_configure_keeps_options_that_are_left_out(http, database, queue_name):
-    """Issue requirement (deviates from the snapshot's full overwrite): configure leaseTime=10,
+    """Configure merges, where the reference overwrites every option: configure leaseTime=10,
     then configure retryLimit=1 only → leaseTime is still 10."""
     assert configure(http, queue_name, leaseTime=10)["options"]["leaseTime"] == 10
     second = configure(http, queue_name, retryLimit=1)

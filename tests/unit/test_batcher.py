@@ -131,7 +131,7 @@ class Down(ConnectionError):
 
 
 async def test_an_outage_fails_every_folded_request_at_once():
-    """Issue 8: when the fold fails for a reason every request shares (the
+    """When the fold fails for a reason every request shares (the
     database is down), no request is retried alone: all fail in one round
     trip, so each caller can spool at once instead of waiting N timeouts."""
     calls: list[list] = []

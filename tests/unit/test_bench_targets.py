@@ -1,4 +1,4 @@
-"""The issue-14 targets table of ``python3 dev.py bench`` (benchmarks/_targets.py): every
+"""The targets table of ``python3 dev.py bench`` (benchmarks/_targets.py): every
 target gets one row whose verdict follows its threshold, whose ratio is the figure the target
 bounds, and a benchmark that did not run or crashed is shown as such, never as met."""
 from __future__ import annotations
@@ -77,9 +77,9 @@ def test_a_client_path_slower_than_json_or_not_served_is_not_met():
     paths["pop"][1] = {"variant": "frames", "not_served": "not served (JSON answer)"}
     paths["drain"]["autopilot_vs_best"] = 1.25
     rows = {r[0]: r for r in target_rows(res)}
-    assert rows["push 100, binary QPB1 >= 1.5 x JSON msg/s (issue 26)"][2:] == ["0.85", "NOT met"]
-    assert rows["pop + ack 100, framed QPF1 >= 1.3 x JSON msg/s (issue 26)"][3] == "NOT met"
-    assert rows["consume() drain: autopilot time <= 1.2 x best hand-tuned (issue 26)"][2:] == [
+    assert rows["push 100, binary QPB1 >= 1.5 x JSON msg/s"][2:] == ["0.85", "NOT met"]
+    assert rows["pop + ack 100, framed QPF1 >= 1.3 x JSON msg/s"][3] == "NOT met"
+    assert rows["consume() drain: autopilot time <= 1.2 x best hand-tuned"][2:] == [
         "1.25", "NOT met"]
 
 

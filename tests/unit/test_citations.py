@@ -1,4 +1,4 @@
-"""The repository stands alone (issue 28): every document the code and the docs cite is a
+"""The repository stands alone: every document the code and the docs cite is a
 file in the repository, and every section they cite (``docs/behaviour.md §5.2``) is a heading
 of that document. No relative path leads out of the repository."""
 from __future__ import annotations

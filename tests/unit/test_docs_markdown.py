@@ -1,4 +1,4 @@
-"""The /docs page's Markdown (issue 29): the subset the descriptions use is drawn, anything
+"""The /docs page's Markdown: the subset the descriptions use is drawn, anything
 else stays text, and nothing in a description becomes markup."""
 from __future__ import annotations
 

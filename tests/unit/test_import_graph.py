@@ -1,12 +1,13 @@
-"""The house's walls, checked on the source (issue 13):
+"""The house's walls, checked on the source:
 
 * no import cycle among the modules of ``broker/`` and ``actors/``, counting
-  imports inside functions too (a lazy import hides a cycle, it does not
-  remove it); only ``if TYPE_CHECKING:`` blocks are left out;
+  imports inside functions (a lazy import hides a cycle, it does not remove it) and
+  inside ``if TYPE_CHECKING:`` blocks (a type-only import is still a dependency a
+  reader follows, and the type checker walks it);
 * no route module imports another route module (shared work lives in
   ``broker/service/``);
 * ``actors/`` and ``broker/service/`` never import Sanic;
-* the layers (issue 28): each module imports only modules of its own layer or of the layers
+* the layers: each module imports only modules of its own layer or of the layers
   below it, in this order, lowest first: ``broker.core`` (and the ``broker`` package itself,
   which holds only the version), ``broker.store``, ``actors``, ``broker.service``,
   ``broker.http``, and ``broker.__main__`` on top.
@@ -27,17 +28,24 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+# Type-only imports (inside ``if TYPE_CHECKING:``) that close a circle or climb a layer, known
+# and being taken out; each edge is left out of the graph, and nothing else is. Delete an
+# entry once its import is gone (test_the_known_type_only_edges_still_exist says when).
+KNOWN_TYPE_ONLY_EDGES = {
+    # The spool's circle: actor.py -> upload.py -> stats.py (DrainedLine) -> actor.py
+    # (stats.figures() reads the Spool it is handed).
+    ("actors.spool.stats", "actors.spool.actor"),
+    # The service layer's context names the HTTP layer's Authenticator (app.ctx.auth).
+    ("broker.service.context", "broker.http.auth"),
+}
 
 
-def imports_of(path: Path, known: set[str]) -> set[str]:
-    """Project modules imported anywhere in the file (TYPE_CHECKING blocks aside)."""
+def imports_of(path: Path, known: set[str], this: str | None = None) -> set[str]:
+    """Project modules imported anywhere in the file: at the top, inside functions and
+    inside ``if TYPE_CHECKING:`` blocks."""
     tree = ast.parse(path.read_text())
     found: set[str] = set()
-    this = module_name(path)
+    this = this or module_name(path)
     package = this if path.name == "__init__.py" else this.rpartition(".")[0]
 
     def resolve(name: str) -> str | None:
@@ -47,10 +55,6 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                for other in child.orelse:
-                    visit(other)
-                continue
             if isinstance(child, ast.Import):
                 for alias in child.names:
                     if (target := resolve(alias.name)) is not None:
@@ -72,10 +76,34 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
     return found
 
 
-def project_graph() -> dict[str, set[str]]:
+def full_graph() -> dict[str, set[str]]:
+    """Every import edge of the project, the known exceptions included."""
     files = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")]
     known = {module_name(p) for p in files}
     return {module_name(p): imports_of(p, known) for p in files}
+
+
+def project_graph() -> dict[str, set[str]]:
+    """The graph the walls are checked on: every edge but KNOWN_TYPE_ONLY_EDGES."""
+    graph = full_graph()
+    for source, target in KNOWN_TYPE_ONLY_EDGES:
+        graph.get(source, set()).discard(target)
+    return graph
+
+
+def test_the_known_type_only_edges_still_exist():
+    """An exception whose import is gone must go too, or it would hide the next one."""
+    graph = full_graph()
+    assert sorted(e for e in KNOWN_TYPE_ONLY_EDGES if e[1] not in graph.get(e[0], set())) == []
+
+
+def test_the_graph_reads_type_checking_imports(tmp_path):
+    """An import inside ``if TYPE_CHECKING:`` is an edge of the graph (so a type-only
+    circle or back-edge is found)."""
+    module = tmp_path / "probe.py"
+    module.write_text("from typing import TYPE_CHECKING\n"
+                      "if TYPE_CHECKING:\n    from broker.http.auth import Authenticator\n")
+    assert imports_of(module, {"broker.http.auth"}, "broker.service.probe") == {"broker.http.auth"}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

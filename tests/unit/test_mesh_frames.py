@@ -1,5 +1,5 @@
 """The mesh codec and handshake (actors/mesh/frames.py, handshake.py): docs/behaviour.md
-§3.2–§3.4, §14 invariants 1–4, 6–7, and issue 9 (HELLO replay window, sealed frames)."""
+§3.2–§3.4, §14 invariants 1–4, 6–7, the HELLO replay window and sealed frames."""
 
 from __future__ import annotations
 
@@ -157,7 +157,7 @@ def test_decode_payload_object():
     assert decode_payload(b'{"enabled":true}') == {"enabled": True}
 
 
-# --- HELLO (invariants 6–7, issue 9) ------------------------------------------
+# --- HELLO (invariants 6–7, the replay window) ---------------------------------
 
 SECRET = "s3cret"
 
@@ -272,7 +272,7 @@ def test_connection_key_is_hkdf_of_secret_and_hello():
     assert connection_key(SECRET, hello_of(make_hello("queen-a", SECRET))) != expected
 
 
-# --- sealed frames (issue 9) ---------------------------------------------------------
+# --- sealed frames ---------------------------------------------------------
 
 
 KEY = b"k" * 32

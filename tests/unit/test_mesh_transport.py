@@ -582,7 +582,7 @@ async def test_start_line_reports_open_mode(logs):
         assert m.stats()["peer_count"] == 0
 
 
-# --- issue 9: replay, sealed frames, bounds, TLS ------------------------------------------
+# --- replay, sealed frames, bounds, TLS ---------------------------------------------------
 
 
 async def test_a_recorded_hello_cannot_open_a_second_connection():

@@ -1,4 +1,4 @@
-"""Modules that fit in a head (issue 28): no Python module outside tests/ is over 800 lines.
+"""Modules that fit in a head: no Python module outside tests/ is over 800 lines.
 A module that grows past it is split by job (the spool and the benchmarks were)."""
 from __future__ import annotations
 

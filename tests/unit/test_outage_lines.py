@@ -1,4 +1,4 @@
-"""An outage in few lines (issue 29): the errors a DatabaseHealth has told are DEBUG for the
+"""An outage in few lines: the errors a DatabaseHealth has told are DEBUG for the
 parts that meet them after it; a staging drain that empties between two spool files is one
 drain; the spool's drained line is timed from the first spooled push's accept time."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What configure says about the options it was sent (issue 29: no silent option): every
+"""What configure says about the options it was sent (no silent option): every
 known option has a stated effect, an unknown name is ignored with a did-you-mean, a value
 asking for what this broker does not do is ignored, and a value saying what it does anyway
 is not."""

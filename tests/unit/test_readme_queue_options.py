@@ -1,4 +1,4 @@
-"""The README's "Queue options" table (issue 29) lists exactly the options the broker has
+"""The README's "Queue options" table lists exactly the options the broker has
 (``QUEUE_OPTIONS`` in broker/store/sql.py), each with its default, so a new, renamed or
 re-defaulted option cannot go undocumented."""
 from __future__ import annotations

@@ -381,7 +381,7 @@ async def test_transient_failures_cool_down(make, db, sdir):
 
 
 async def test_a_rejected_event_is_quarantined_alone_and_its_neighbours_commit(make, db, sdir):
-    """Invariant 45, second half, sharpened (issue 8): a chunk the database
+    """Invariant 45, second half, sharpened: a chunk the database
     rejects for good is bisected; only the rejected event is set aside, every
     other event commits in order, and newer files drain after it."""
     db.poison = {"bad"}

@@ -1,4 +1,4 @@
-"""Only ``broker/store/`` speaks to PostgreSQL (ARCHITECTURE.md, issue 28), checked on the
+"""Only ``broker/store/`` speaks to PostgreSQL (ARCHITECTURE.md), checked on the
 source of ``broker/`` (outside ``broker/store/``), ``actors/`` and ``queenctl/``:
 
 * no connection or pool call: ``<x>.execute / executemany / fetch / fetchrow / fetchval /

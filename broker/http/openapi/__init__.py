@@ -1,6 +1,10 @@
 """The broker's OpenAPI 3.1 document, built from one small module per route group
 (``broker/http/openapi/paths/``), served at ``/openapi.json`` and drawn at ``/docs``.
 
+    builder.py  op() and the schema helpers; the answers every route can give
+    paths/      one module per route group (its __init__ is the map)
+    page.py     /docs drawn on the server: no script, nothing from a CDN
+
 To describe a new route: add an ``op(...)`` entry to its group's module (or a new module, and
 a line in ``GROUPS``). ``tests/unit/test_openapi.py`` fails for any route the app registers
 that no entry describes, and for entries describing no route.

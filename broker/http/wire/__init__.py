@@ -7,6 +7,7 @@ returned. Parsing never touches the database.
     push_binary.py  the client's binary push and transaction bodies (QPB1, QTB1)
     zstd.py         a caller's zstd frames, unpacked within a byte budget
     pop.py          the pop query string, the messages found or the empty answers
+    pop_frames.py   the framed pop answer (QPF1) for a pop with frames=true
     ack.py          ack items, the answer per ack, lease extension
     transaction.py  the transaction's body and answer (committed or rolled back)
     riders.py       a transaction's kv and timers arrays, and their elements of the answer
@@ -19,4 +20,5 @@ returned. Parsing never touches the database.
     listings.py     the operator listings of keys and locks, their pages
     streams.py      the /streams/v1 bodies and answers; the operator's view of the queries
     spools.py       the cluster's spool holds (/api/v1/system/spools, /health spoolHolds)
+    ephemeral.py    the ephemeral queues' eight verbs: bodies, query strings, answers
 """

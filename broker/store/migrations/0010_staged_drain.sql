@@ -3,7 +3,7 @@
 -- Before: each broker replayed its spool files 100 events per call through
 -- push_ordered_v2 in replay mode, and a direct push to a partition some spool
 -- held was answered 'held' and spooled on the broker's disk behind the backlog.
--- Under continuing traffic a held partition never caught up (issue 25).
+-- Under continuing traffic a held partition never caught up.
 --
 -- After:
 --   * a broker uploads each spool file in one transaction (COPY) into

@@ -1,4 +1,4 @@
--- Migration 0011: the queue options maxSize and retryDelay are applied (issue 29).
+-- Migration 0011: the queue options maxSize and retryDelay are applied.
 --
 -- Before: both were stored and reported, and nothing acted on them: a queue with
 -- maxSize 2 took every push, and a failed message came back at once whatever

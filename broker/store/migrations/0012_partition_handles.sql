@@ -1,4 +1,4 @@
--- Migration 0012: every partition gets a u64 handle (issue 26, framed pops).
+-- Migration 0012: every partition gets a u64 handle (framed pops).
 --
 -- The framed pop answer (docs/wire-contract.md §5.9) names each claimed
 -- partition by an unsigned 64-bit integer, and the client acknowledges its

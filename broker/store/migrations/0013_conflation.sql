@@ -1,4 +1,4 @@
--- Migration 0013: conflation, last-value delivery for a consumer group (issue 27).
+-- Migration 0013: conflation, last-value delivery for a consumer group.
 --
 -- A consumer group may conflate on a queue: each pop of a partition delivers
 -- only the newest visible message, and the messages behind it are retired:

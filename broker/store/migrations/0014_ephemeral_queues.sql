@@ -1,4 +1,4 @@
--- Migration 0014: the declared configuration of ephemeral queues (issue 27, item 2).
+-- Migration 0014: the declared configuration of ephemeral queues.
 --
 -- An ephemeral queue's messages live in one broker's RAM and survive nothing;
 -- what a caller declared with POST /api/v1/ephemeral/configure survives
