@@ -15,9 +15,9 @@ import time
 from typing import Any
 
 from _loadgen import Phase, Rows, run_workers
-from broker.core.domain import QUEUE_MODE, AckRow
+from broker.core.domain import QUEUE_MODE, AckRow, PushRow
 from broker.core.ids import new_uuid7
-from broker.store.db import PushRow, Store
+from broker.store.db import Store
 
 
 async def open_store(dsn: str, concurrency: int) -> Store:

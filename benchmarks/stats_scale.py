@@ -54,8 +54,8 @@ from _harness import start_database  # noqa: E402
 from _stats_brokers import run_brokers_phase  # noqa: E402
 from actors.leader_jobs import StatsJob  # noqa: E402
 from actors.runtime import stop_all  # noqa: E402
-from broker.core.domain import AckRow  # noqa: E402
-from broker.store.db import PushRow, Store  # noqa: E402
+from broker.core.domain import AckRow, PushRow  # noqa: E402
+from broker.store.db import Store  # noqa: E402
 from broker.store.schema import apply_schema  # noqa: E402
 
 QUEUES = 10

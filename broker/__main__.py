@@ -111,7 +111,7 @@ NOISY = Throttle(60.0)
 
 
 def _is_connection_error(error: BaseException) -> bool:
-    from broker.store.db import UNAVAILABLE_ERRORS
+    from broker.store.errors import UNAVAILABLE_ERRORS
     return isinstance(error, UNAVAILABLE_ERRORS)
 
 
@@ -235,7 +235,7 @@ def _is_retryable(exc: BaseException) -> bool:
     """Errors that can heal by waiting (down, starting, full); not a wrong password, not a
     TLS verification problem."""
     from broker.store.boot import is_tls_problem
-    from broker.store.db import UNAVAILABLE_ERRORS
+    from broker.store.errors import UNAVAILABLE_ERRORS
     return not is_tls_problem(exc) and isinstance(exc, UNAVAILABLE_ERRORS)
 
 
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             dsn = external_dsn(settings)
             address = ",".join(f"{host}:{port}" for host, port in settings.pg_servers)
             variables = "PG_HOST/PG_PORT (and PG_USER/PG_PASSWORD/PG_DB)"
-        from broker.store.db import unverified_tls
+        from broker.store.connect import unverified_tls
         asyncio.run(wait_for_database(
             dsn, address, variables, wait_ms=settings.pg_connect_wait_ms,
             connect_timeout_ms=settings.db_connection_timeout,

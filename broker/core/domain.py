@@ -31,6 +31,25 @@ class PushItem:
     payload_json: str | None = None  # the payload serialized once, checked storable
 
 
+@dataclass(slots=True)  # not frozen: see AckRow
+class PushRow:
+    """One item of a push, validated and ready to insert."""
+    queue: str
+    partition: str
+    message_id: str
+    transaction_id: str
+    trace_id: str | None
+    payload: Any
+    encrypted: bool = False
+    producer_sub: str | None = None
+    payload_json: str | None = None  # ``payload`` already serialized (and checked)
+    # The client push request this item came in: its items of a queue with maxSize are
+    # admitted or refused together. None: not checked (an acknowledged push replayed, a
+    # timer delivered, a dead letter retried: they must not be lost).
+    request: int | None = None
+
+
+
 @dataclass(frozen=True)
 class PopRequest:
     queue: str | None

@@ -73,16 +73,16 @@ from broker.service.ephemeral_ownership import watch_members
 from broker.service.gauges import gauges
 from broker.service.migration import Migration
 from broker.store import browse as browse_store
-from broker.store.db import (
+from broker.store.connect import unverified_tls
+from broker.store.db import Store
+from broker.store.errors import (
     PartitionHeld,
-    Store,
     StoreBusy,
     StoreConflict,
     StoreError,
     StoreInvalidValue,
     StoreUnavailable,
     fails_every_request,
-    unverified_tls,
 )
 from broker.store.streams import read_state
 

@@ -11,8 +11,9 @@ from broker.core.ids import new_uuid7
 from broker.core.telemetry import telemetry
 from broker.service.context import BrokerContext
 from broker.service.push import to_rows, wake_after_commit
-from broker.store.db import PartitionHeld, TransactionAborted, run_transaction
+from broker.store.errors import PartitionHeld, TransactionAborted
 from broker.store.kv import KvPreconditionFailed
+from broker.store.transactions import run_transaction
 
 if TYPE_CHECKING:
     from broker.service.riders import Riders

@@ -14,7 +14,7 @@ from actors.spool import accepted_at, spool_file_key
 from broker.core.ids import new_uuid7
 from broker.service.context import BrokerContext
 from broker.service.push import wake_after_commit
-from broker.store.db import StoreBusy, StoreUnavailable
+from broker.store.errors import StoreBusy, StoreUnavailable
 
 
 class RejectedEvents(Exception):

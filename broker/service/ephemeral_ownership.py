@@ -16,7 +16,7 @@ from broker.core.telemetry import telemetry
 from broker.service import ephemeral
 from broker.service.context import BrokerContext
 from broker.service.ownership import owner_of
-from broker.store.db import StoreError, StoreUnavailable
+from broker.store.errors import StoreError, StoreUnavailable
 
 MEMBERS_CHECK_S = 0.5
 

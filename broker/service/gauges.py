@@ -6,7 +6,7 @@ import datetime as dt
 
 from broker.core.times import iso_milli
 from broker.service.context import BrokerContext
-from broker.store.db import StoreError, StoreUnavailable
+from broker.store.errors import StoreError, StoreUnavailable
 
 
 def gauges(ctx: BrokerContext) -> dict:

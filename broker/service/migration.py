@@ -31,7 +31,7 @@ from urllib.parse import quote, unquote, urlsplit
 from loguru import logger
 
 from broker.store import migration as copy_db
-from broker.store.db import StoreError, StoreUnavailable
+from broker.store.errors import StoreError, StoreUnavailable
 
 SCHEMA = "queen"
 IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")

@@ -21,7 +21,7 @@ from broker.core.telemetry import telemetry
 from broker.service.context import BrokerContext
 from broker.service.long_poll import long_poll
 from broker.service.ports import HotListPort
-from broker.store.db import StoreUnavailable
+from broker.store.errors import StoreUnavailable
 
 # A parked pop re-checks every few hundred ms: during an outage, one line a minute per queue.
 _WAITING_LINES = Throttle(60.0)

@@ -12,13 +12,13 @@ from typing import Any, Literal
 from loguru import logger
 
 from actors.spool import SpoolError, SpoolFull
-from broker.core.domain import PushItem
+from broker.core.domain import PushItem, PushRow
 from broker.core.errors import BadRequest
 from broker.core.ids import new_uuid7
 from broker.core.telemetry import telemetry
 from broker.core.validate import Invalid, check_name
 from broker.service.context import BrokerContext
-from broker.store.db import PushRow, StoreUnavailable
+from broker.store.errors import StoreUnavailable
 
 Outcome = Literal["stored", "buffered", "mixed", "full", "failed", "refused"]
 

@@ -12,7 +12,7 @@ from loguru import logger
 from broker.core.errors import BadRequest
 from broker.service.context import BrokerContext
 from broker.store import spools
-from broker.store.db import StoreError, StoreUnavailable
+from broker.store.errors import StoreError, StoreUnavailable
 
 MAX_SPOOL_ID = 255
 """Longest spool id the release takes (a broker's id plus 9 characters)."""

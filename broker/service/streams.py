@@ -21,7 +21,7 @@ from broker.service.ack import leases_released, refuse_held
 from broker.service.context import BrokerContext
 from broker.service.push import to_rows, wake_after_commit
 from broker.store import streams as store
-from broker.store.db import TransactionAborted
+from broker.store.errors import TransactionAborted
 from broker.store.streams import StateOp, StateRead
 
 

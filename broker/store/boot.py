@@ -5,7 +5,7 @@ schema up to date (schema.apply_schema) before the app and its pool start.
 Its errors are asyncpg's and the operating system's as they are, not mapped to the
 store's: start-up tells a wrong password or a TLS verification failure (one line, no
 retry) from a server that is still starting (retried for PG_CONNECT_WAIT_MS), by the
-exception's type (db.UNAVAILABLE_ERRORS, :func:`is_tls_problem`).
+exception's type (errors.UNAVAILABLE_ERRORS, :func:`is_tls_problem`).
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from asyncpg import Record  # asyncpg has no type information: Record is Any
 from broker.store import browse_sql as b
 from broker.store import ops_sql, sql
 from broker.store.db import Store
-from broker.store.ops import _subscription_for, stats_state
+from broker.store.ops import stats_state, subscription_for
 
 
 def _count(rows: list[Record]) -> int | None:
@@ -61,7 +61,7 @@ async def group_lag_page(store: Store, group: str, queue: str, limit: int, offse
         header = await conn.fetchrow(sql.QUEUE_BY_NAME, queue)
     sub = None
     if header is not None:
-        sub = _subscription_for(subs, group, queue, header["namespace"], header["task"])
+        sub = subscription_for(subs, group, queue, header["namespace"], header["task"])
     return rows, _count(rows) or 0, sub
 
 

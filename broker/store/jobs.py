@@ -14,9 +14,9 @@ connections, the advisory locks and every statement they run (SQL in jobs_sql.py
   advisory lock 737002 (the COMMIT releases it).
 * :func:`write_metrics`: the collector's flush, one transaction.
 
-Errors map like every other store call (broker/store/db.py): an unreachable database is
-:class:`~broker.store.db.StoreUnavailable`, a lock or statement timeout
-:class:`~broker.store.db.StoreBusy`, any other refusal :class:`~broker.store.db.StoreError`.
+Errors map like every other store call (broker/store/errors.py): an unreachable database is
+:class:`~broker.store.errors.StoreUnavailable`, a lock or statement timeout
+:class:`~broker.store.errors.StoreBusy`, any other refusal :class:`~broker.store.errors.StoreError`.
 """
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ from loguru import logger
 
 from broker.store import jobs_sql as sql
 from broker.store import spools
-from broker.store.db import Store, StoreUnavailable, _mapped_errors
+from broker.store.db import Store
+from broker.store.errors import StoreUnavailable, mapped_errors
 
 RETENTION_LOCK_ID = sql.RETENTION_LOCK_ID
 STATS_LOCK_ID = sql.STATS_LOCK_ID
@@ -152,7 +153,7 @@ async def session_lock(store: Store, lock_id: int, *, acquire_timeout_s: float,
     """The connection holding session advisory lock ``lock_id``, or None when it is taken
     elsewhere. Store-internal: the connection never leaves broker/store."""
     try:
-        with _mapped_errors():
+        with mapped_errors():
             conn = await store.pool.acquire(timeout=acquire_timeout_s)
             held: bool | None = None  # None: the try-lock did not answer
             try:

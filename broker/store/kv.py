@@ -15,7 +15,8 @@ import asyncpg
 
 from broker.core.times import iso_milli
 from broker.store import kv_sql as sql
-from broker.store.db import Store, StoreBusy, StoreConflict
+from broker.store.db import Store
+from broker.store.errors import StoreBusy, StoreConflict
 
 FOREVER = None  # expires_at of a row written with ``forever: true``
 

@@ -19,7 +19,8 @@ import asyncpg
 
 from broker.core.times import iso_milli
 from broker.store import locks_sql as sql
-from broker.store.db import Store, StoreBusy, StoreConflict
+from broker.store.db import Store
+from broker.store.errors import StoreBusy, StoreConflict
 
 NAMESPACE = "queen-locks"
 

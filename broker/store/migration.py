@@ -3,8 +3,8 @@ connections of their own, outside the pool, to the broker's database by its DSN 
 source) and to the database an operator names (the target), with the few statements
 the copy runs on them. The copy itself is pg_dump | pg_restore (the service's).
 
-Errors come out in the store's terms: :class:`~broker.store.db.StoreUnavailable` when the
-database cannot be reached, :class:`~broker.store.db.StoreError` when it refused; the
+Errors come out in the store's terms: :class:`~broker.store.errors.StoreUnavailable` when the
+database cannot be reached, :class:`~broker.store.errors.StoreError` when it refused; the
 original exception is the ``__cause__`` (its text is what the migration routes answer).
 A failure of the source counts among this broker's database errors (it is its own
 database); a failure of the target does not (it is the caller's database).
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import asyncpg
 
 from broker.store import migration_sql as sql
-from broker.store.db import UNAVAILABLE_ERRORS, StoreError, StoreUnavailable, _mapped_errors
+from broker.store.errors import UNAVAILABLE_ERRORS, StoreError, StoreUnavailable, mapped_errors
 
 
 @contextlib.contextmanager
@@ -38,7 +38,7 @@ class OtherDatabase:
 
     def __init__(self, conn: asyncpg.Connection, *, is_target: bool) -> None:
         self._conn = conn
-        self._errors = _target_errors if is_target else _mapped_errors
+        self._errors = _target_errors if is_target else mapped_errors
 
     async def version(self) -> str:
         """The server's ``version()``."""
@@ -80,6 +80,6 @@ async def connect_target(*, host: str, port: int, user: str, password: str | Non
 
 async def connect_source(dsn: str, *, timeout_s: float) -> OtherDatabase:
     """A connection of its own to the broker's database, by its DSN."""
-    with _mapped_errors():
+    with mapped_errors():
         conn = await asyncpg.connect(dsn, timeout=timeout_s)
     return OtherDatabase(conn, is_target=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import asyncpg
 from asyncpg import Record  # asyncpg has no type information: Record is Any
 
 from broker.core.domain import QUEUE_MODE
@@ -19,7 +20,7 @@ from broker.store.db import Store
 
 # -- stats table ----------------------------------------------------------------
 
-async def stats_state(conn) -> tuple[float | None, bool]:
+async def stats_state(conn: asyncpg.Connection) -> tuple[float | None, bool]:
     """(statsAge in seconds or None, whether the stats job has produced its roll-up)."""
     row = await conn.fetchrow(q.STATS_STATE)
     return row["age"], row["ready"]
@@ -92,7 +93,7 @@ async def cursor_rows(store: Store, group: str | None = None, queue: str | None 
         return await conn.fetch(q.CURSOR_ROWS, group, queue, min_lag_seconds)
 
 
-def _subscription_for(subs: list[Record], group: str, queue: str, namespace: str,
+def subscription_for(subs: list[Record], group: str, queue: str, namespace: str,
                       task: str) -> Record | None:
     """The stored subscription that applies to (group, queue), most specific
     first (the order of queen.subscription_start)."""
@@ -144,7 +145,7 @@ async def consumer_groups(store: Store) -> list[dict]:
         state = ("Dead" if not consumed else
                  "Lagging" if max_lag > LAGGING_AFTER_SECONDS else "Stable")
         sub = (None if group == QUEUE_MODE else
-               _subscription_for(subs, group, queue, g["namespace"], g["task"]))
+               subscription_for(subs, group, queue, g["namespace"], g["task"]))
         out.append({
             "name": group, "topics": [queue], "queueName": queue,
             "members": len(members),

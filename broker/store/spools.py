@@ -7,6 +7,8 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
+
 from broker.store import spools_sql as q
 from broker.store.db import Store
 
@@ -50,7 +52,7 @@ async def release(store: Store, spool_id: str, wait_ms: int, force: bool) -> Rel
     return Release("released", deleted, seen)
 
 
-async def forget_silent(conn: Any, forget_ms: int) -> list[Record]:
+async def forget_silent(conn: asyncpg.Connection, forget_ms: int) -> list[Record]:
     """On ``conn`` (the retention job's session): remove the rows of spools holding
     partitions and silent for ``forget_ms``; one row per spool (server_id, partitions)."""
     return list(await conn.fetch(q.SPOOLS_FORGET, forget_ms))

@@ -30,7 +30,7 @@ FROM queen.push_ordered_v4(
     $14, $15, $16,
     coalesce($17::bigint[], array_fill($18::bigint, ARRAY[$1])))
 """
-"""Insert items (parallel arrays, compact: see above; args from ``Store._push_call``),
+"""Insert items (parallel arrays, compact: see above; args from ``codecs.push_call``),
 aware of staging and of the cluster-wide spool backlog, checking queues' maxSize; one row
 per item: 'queued', 'duplicate', 'staged' (into queen.staged, behind earlier staged or
 spooled pushes to its partition, or while the database settles after a restart;
@@ -160,7 +160,7 @@ SELECT * FROM queen.ack_messages_v3(
 
 ACK = _ACK_CALL.format(partitions="$3::uuid[]")
 """Apply acknowledgements (parallel arrays, compact as PUSH_ORDERED; args from
-``Store._ack_call``); one row per item. A failed ack that sends a batch back holds the
+``codecs.ack_call``); one row per item. A failed ack that sends a batch back holds the
 partition for that group for the queue's retryDelay."""
 
 ACK_BY_REF = _ACK_CALL.format(partitions="queen.partition_refs($3::text[])")

@@ -9,17 +9,12 @@ from typing import Any
 
 import asyncpg
 
-from broker.core.domain import AckRow
+from broker.core.domain import AckRow, PushRow
+from broker.store import codecs
 from broker.store import streams_sql as q
-from broker.store.db import (
-    PartitionHeld,
-    PushRow,
-    Store,
-    TransactionAborted,
-    _mapped_errors,
-    now_us,
-    rerun_on_conflict,
-)
+from broker.store.db import Store, now_us
+from broker.store.errors import PartitionHeld, TransactionAborted, mapped_errors
+from broker.store.transactions import rerun_on_conflict
 
 
 @dataclass(frozen=True)
@@ -66,7 +61,8 @@ async def cycle(store: Store, query_id: str, partition_id: str, ops: Sequence[St
     deadlock. Raises PartitionHeld (a sink partition a spool holds) or TransactionAborted
     (the ack refused: its reason); either way nothing was committed."""
     (idx, queues, partitions, ids, txids, traces, payloads, encrypted, subs, accept, server,
-     wait_ms, _settle_ms) = store._push_args(pushes, [now_us()] * len(pushes))
+     wait_ms, _settle_ms) = codecs.push_arrays(pushes, [now_us()] * len(pushes), store.server_id,
+                                         store.order_wait_ms, store.settle_ms)
     args = (query_id, partition_id, [o.type for o in ops], [o.key for o in ops],
             [o.value_json for o in ops],  # JSON text, cast to jsonb in SQL
             group, ack.transaction_id if ack else None, ack.lease_id if ack else None,
@@ -76,7 +72,7 @@ async def cycle(store: Store, query_id: str, partition_id: str, ops: Sequence[St
 
     async def once() -> asyncpg.Record:
         async with store.connection() as conn:
-            with _mapped_errors():
+            with mapped_errors():
                 try:
                     return await conn.fetchrow(q.CYCLE, *args)
                 except asyncpg.exceptions.PostgresError as exc:

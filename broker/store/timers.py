@@ -8,10 +8,12 @@ from typing import Any
 
 import asyncpg
 
+from broker.core.domain import PushRow
 from broker.core.ids import new_uuid7
 from broker.core.times import iso_milli
 from broker.store import timers_sql as sql
-from broker.store.db import PushRow, Store, StoreBusy, StoreConflict
+from broker.store.db import Store
+from broker.store.errors import StoreBusy, StoreConflict
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,12 @@ from types import SimpleNamespace
 import pytest
 
 from actors.hotlist import HotListActor
+from broker.core.domain import PushRow
 from broker.core.ids import new_uuid7
 from broker.http.wire.pop import parse_pop
 from broker.service.pop import claim, verdicts
-from broker.store.db import PushRow, Store, StoreUnavailable
+from broker.store.db import Store
+from broker.store.errors import StoreUnavailable
 
 
 def pop_request(queue: str, group: str = "g"):

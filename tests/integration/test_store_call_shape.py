@@ -11,9 +11,10 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.core.domain import AckRow
+from broker.core.domain import AckRow, PushRow
 from broker.core.ids import new_uuid7
-from broker.store.db import PushRow, Store, now_us
+from broker.store.codecs import push_arrays
+from broker.store.db import Store, now_us
 
 PLAIN_PUSH = """
 SELECT idx, message_id, partition_id, status, late, peer, error
@@ -65,7 +66,8 @@ async def test_a_compact_push_stores_what_plain_arrays_store(store, vary, n):
     plain_rows = rows_for(f"r{tag}", n, vary)
     compact = await store.push(compact_rows)
     async with store.connection() as c:
-        plain = await c.fetch(PLAIN_PUSH, *store._push_args(plain_rows, [now_us()] * n),
+        plain = await c.fetch(PLAIN_PUSH, *push_arrays(plain_rows, [now_us()] * n, store.server_id,
+                                                      store.order_wait_ms, store.settle_ms),
                               [r.request for r in plain_rows])
     assert [r["status"] for r in compact] == [r["status"] for r in plain] == ["queued"] * n
     assert [r["idx"] for r in compact] == list(range(n))

@@ -5,19 +5,19 @@ import asyncpg
 import pytest
 
 from broker.http.responses import error
-from broker.store.db import (
+from broker.store.errors import (
     StoreBusy,
     StoreConflict,
     StoreError,
     StoreInvalidValue,
     StoreUnavailable,
-    _mapped_errors,
+    mapped_errors,
 )
 
 
 def mapped(exc: BaseException) -> StoreError | StoreUnavailable:
     with pytest.raises((StoreError, StoreUnavailable)) as caught:
-        with _mapped_errors():
+        with mapped_errors():
             raise exc
     return caught.value
 

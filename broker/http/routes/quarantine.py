@@ -19,7 +19,7 @@ from broker.core.errors import BadRequest
 from broker.http.responses import error, json, read_json
 from broker.http.types import BrokerRequest
 from broker.http.wire.common import body_object
-from broker.store.db import StoreError
+from broker.store.errors import StoreError
 
 bp = Blueprint("quarantine")
 

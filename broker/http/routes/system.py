@@ -16,7 +16,7 @@ from broker.http.types import BrokerRequest
 from broker.http.wire.common import body_object
 from broker.service.drain import spool_stats
 from broker.service.gauges import cluster_backlog
-from broker.store.db import StoreError, StoreUnavailable
+from broker.store.errors import StoreError, StoreUnavailable
 
 bp = Blueprint("system")
 

@@ -20,7 +20,7 @@ from broker.http.wire.riders import (
 )
 from broker.service.ack import TransactionOutcome
 from broker.service.riders import Riders
-from broker.store.db import TransactionAborted
+from broker.store.errors import TransactionAborted
 from broker.store.kv import KvPreconditionFailed
 from broker.store.kv import rolled_back as kv_rolled_back
 

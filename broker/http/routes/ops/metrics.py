@@ -27,7 +27,7 @@ from broker.service import state_ops
 from broker.service.drain import spool_stats
 from broker.service.gauges import gauges
 from broker.store import ops
-from broker.store.db import StoreError, StoreUnavailable
+from broker.store.errors import StoreError, StoreUnavailable
 
 bp = Blueprint("ops_metrics")
 
