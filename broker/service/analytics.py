@@ -1,13 +1,14 @@
 """The status and analytics answers in the shapes Queen's dashboard reads:
-bucket rule, rates, and the assembly of the collector's rows (Sanic-free)."""
+bucket rule, rates, and the assembly of the collector's rows (Sanic-free); the reads of
+the collector's tables behind routes/ops/analytics.py and routes/ops/status.py."""
 from __future__ import annotations
 
 import datetime as dt
 from typing import Any
 
 from broker.core.times import iso_milli
-from broker.store import analytics
-from broker.store.db import Store
+from broker.service.context import BrokerContext
+from broker.store import analytics, ops
 
 
 def bucket_minutes(since: dt.datetime, until: dt.datetime) -> int:
@@ -70,9 +71,9 @@ def _worker_fields(w: Any) -> dict:
             "dbErrors": _int(w["db_errors"]), "dlqCount": _int(w["dlq"])}
 
 
-async def status(store: Store, *, since, until, queue, namespace, task) -> dict:
+async def status(ctx: BrokerContext, *, since, until, queue, namespace, task) -> dict:
     minutes = bucket_minutes(since, until)
-    s = await analytics.status(store, minutes=minutes, since=since, until=until, queue=queue,
+    s = await analytics.status(ctx.store, minutes=minutes, since=since, until=until, queue=queue,
                                namespace=namespace, task=task)
     system = {r["ts"]: r for r in s["system"]}
     workers = {r["ts"]: r for r in s["workerSeries"]}
@@ -292,3 +293,59 @@ def system_replicas(rows: list, minutes: int) -> list[dict]:
                            "metrics": metrics})
         out.append({"hostname": host, "port": port, "workerId": worker, "timeSeries": series})
     return out
+
+
+# -- the collector's series, read for routes/ops/analytics.py ------------------------
+
+async def queue_ops(ctx: BrokerContext, minutes: int, since: dt.datetime, until: dt.datetime,
+                    queue: str | None) -> list:
+    return await analytics.queue_ops(ctx.store, minutes, since, until, queue)
+
+
+async def retention(ctx: BrokerContext, minutes: int, since: dt.datetime, until: dt.datetime,
+                    queue: str | None) -> list:
+    return await analytics.retention_series(ctx.store, minutes, since, until, queue)
+
+
+async def queue_lag(ctx: BrokerContext, since: dt.datetime, until: dt.datetime,
+                    queue: str | None) -> list:
+    return await analytics.queue_lag_rows(ctx.store, since, until, queue)
+
+
+async def parked_replicas(ctx: BrokerContext, minutes: int, since: dt.datetime,
+                          until: dt.datetime, queue: str | None) -> list:
+    return await analytics.parked_replicas(ctx.store, minutes, since, until, queue)
+
+
+async def system_rows(ctx: BrokerContext, since: dt.datetime, until: dt.datetime,
+                      hostname: str | None, worker_id: str | None) -> list:
+    return await analytics.system_rows(ctx.store, since, until, hostname, worker_id)
+
+
+async def worker_metrics(ctx: BrokerContext, minutes: int, since: dt.datetime,
+                         until: dt.datetime, hostname: str | None, pid: int | None) -> dict:
+    return await analytics.worker_metrics(ctx.store, minutes, since, until, hostname, pid)
+
+
+async def postgres_stats(ctx: BrokerContext) -> dict[str, Any]:
+    return await analytics.postgres_stats(ctx.store)
+
+
+# -- the status routes' reads (routes/ops/status.py) ----------------------------------
+
+async def queues_status(ctx: BrokerContext, namespace: str | None, task: str | None,
+                        limit: int, offset: int) -> list:
+    return await ops.queues_status(ctx.store, namespace, task, limit, offset)
+
+
+async def queue_status(ctx: BrokerContext, queue: str) -> tuple[Any, list]:
+    """(the queue's row or None, its partitions' figures)."""
+    return await ops.queue_status(ctx.store, queue)
+
+
+async def message_series(ctx: BrokerContext, *, queue: str | None, namespace: str | None,
+                         task: str | None, since: dt.datetime, until: dt.datetime,
+                         bucket_minutes: int) -> dict:
+    """Ingested, processed and dead-lettered messages per bucket (status/analytics)."""
+    return await ops.analytics(ctx.store, queue=queue, namespace=namespace, task=task,
+                               since=since, until=until, bucket_minutes=bucket_minutes)

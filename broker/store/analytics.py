@@ -51,10 +51,30 @@ async def worker_metrics(store: Store, minutes: int, since, until, hostname, pid
     return {"series": series, "workers": workers, "queues": queues, "summary": summary}
 
 
-async def rows(store: Store, statement: str, *params) -> list:
+async def _rows(store: Store, statement: str, *params: Any) -> list:
     """One read-only statement of analytics_sql."""
     async with store.connection() as conn:
         return await conn.fetch(statement, *params)
+
+
+async def retention_series(store: Store, minutes: int, since: dt.datetime, until: dt.datetime,
+                           queue: str | None) -> list:
+    return await _rows(store, a.RETENTION_SERIES, minutes, since, until, queue)
+
+
+async def queue_lag_rows(store: Store, since: dt.datetime, until: dt.datetime,
+                         queue: str | None) -> list:
+    return await _rows(store, a.QUEUE_LAG_ROWS, since, until, queue)
+
+
+async def parked_replicas(store: Store, minutes: int, since: dt.datetime, until: dt.datetime,
+                          queue: str | None) -> list:
+    return await _rows(store, a.PARKED_REPLICAS, minutes, since, until, queue)
+
+
+async def system_rows(store: Store, since: dt.datetime, until: dt.datetime,
+                      hostname: str | None, worker_id: str | None) -> list:
+    return await _rows(store, a.SYSTEM_ROWS, since, until, hostname, worker_id)
 
 
 async def overview_rates(store: Store) -> tuple[Any, float]:

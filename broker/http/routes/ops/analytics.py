@@ -12,8 +12,6 @@ from broker.http.routes.ops.common import now_utc, time_range
 from broker.http.types import BrokerRequest
 from broker.http.wire.common import MAX_NAME, q_str
 from broker.service import analytics as svc
-from broker.store import analytics
-from broker.store import analytics_sql as sql
 
 bp = Blueprint("ops_analytics")
 
@@ -35,8 +33,7 @@ def _window(a):
 async def queue_ops(request: BrokerRequest):
     a = args(request)
     since, until, minutes, window = _window(a)
-    rows = await analytics.queue_ops(request.app.ctx.store, minutes, since, until,
-                                     _name(a, "queue"))
+    rows = await svc.queue_ops(request.app.ctx, minutes, since, until, _name(a, "queue"))
     series = [svc.queue_ops_entry(r, minutes) for r in rows]
     return json({"timeRange": window, "bucketMinutes": minutes, "series": series,
                  "queues": sorted({e["queueName"] for e in series})})
@@ -46,8 +43,7 @@ async def queue_ops(request: BrokerRequest):
 async def retention(request: BrokerRequest):
     a = args(request)
     since, until, minutes, window = _window(a)
-    rows = await analytics.rows(request.app.ctx.store, sql.RETENTION_SERIES, minutes, since,
-                                until, _name(a, "queue"))
+    rows = await svc.retention(request.app.ctx, minutes, since, until, _name(a, "queue"))
     series = [{"bucket": svc.iso_s(r["ts"]), "retentionMsgs": r["retention"],
                "completedRetentionMsgs": r["completed"], "evictionMsgs": r["eviction"],
                "totalMsgs": r["total"], "eventCount": r["events"]} for r in rows]
@@ -61,8 +57,7 @@ async def queue_lag(request: BrokerRequest):
     """Q minute rows, newest first (a top-level array)."""
     a = args(request)
     since, until = time_range(a)
-    rows = await analytics.rows(request.app.ctx.store, sql.QUEUE_LAG_ROWS, since, until,
-                                _name(a, "queue"))
+    rows = await svc.queue_lag(request.app.ctx, since, until, _name(a, "queue"))
     return json([{"queueName": r["queue_name"], "popCount": r["pop_count"],
                   "avgLagMs": r["avg_lag"], "maxLagMs": r["max_lag"],
                   "bucketTime": svc.iso_s(r["bucket_time"])} for r in rows])
@@ -72,8 +67,8 @@ async def queue_lag(request: BrokerRequest):
 async def parked_replicas(request: BrokerRequest):
     a = args(request)
     since, until, minutes, window = _window(a)
-    rows = await analytics.rows(request.app.ctx.store, sql.PARKED_REPLICAS, minutes, since,
-                                until, _name(a, "queue"))
+    rows = await svc.parked_replicas(request.app.ctx, minutes, since, until,
+                                     _name(a, "queue"))
     series = [{"bucket": svc.iso_s(r["ts"]), "queueName": r["queue_name"],
                "hostname": r["hostname"], "workerId": r["pid"], "workerName": r["worker_id"],
                "parkedCount": r["parked"]} for r in rows]
@@ -86,8 +81,8 @@ async def parked_replicas(request: BrokerRequest):
 async def system_metrics(request: BrokerRequest):
     a = args(request)
     since, until, minutes, window = _window(a)
-    rows = await analytics.rows(request.app.ctx.store, sql.SYSTEM_ROWS, since, until,
-                                _name(a, "hostname"), _name(a, "workerId"))
+    rows = await svc.system_rows(request.app.ctx, since, until, _name(a, "hostname"),
+                                 _name(a, "workerId"))
     replicas = svc.system_replicas(rows, minutes)
     return json({"timeRange": window, "bucketMinutes": minutes, "replicaCount": len(replicas),
                  "pointCount": sum(len(r["timeSeries"]) for r in replicas),
@@ -101,8 +96,8 @@ async def worker_metrics(request: BrokerRequest):
     raw = q_str(a, "workerId")
     if raw is not None and not raw.isdigit():
         raise BadRequest(f"workerId must be an integer (a broker's process id), got {raw!r}")
-    m = await analytics.worker_metrics(request.app.ctx.store, minutes, since, until,
-                                       _name(a, "hostname"), int(raw) if raw else None)
+    m = await svc.worker_metrics(request.app.ctx, minutes, since, until,
+                                 _name(a, "hostname"), int(raw) if raw else None)
     series = [svc.worker_entry(w, minutes) for w in m["series"]]
     return json({
         "timeRange": window, "bucketMinutes": minutes, "pointCount": len(series),
@@ -125,7 +120,7 @@ def _s(ts) -> str | None:
 
 @bp.get("/api/v1/analytics/postgres-stats")
 async def postgres_stats(request: BrokerRequest):
-    s = await analytics.postgres_stats(request.app.ctx.store)
+    s = await svc.postgres_stats(request.app.ctx)
     db, buf = s["databaseCache"], s["bufferConfig"]
 
     def cache(rows, index: bool = False):

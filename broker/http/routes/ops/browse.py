@@ -21,7 +21,7 @@ from broker.http.responses import args, error, json
 from broker.http.types import BrokerRequest
 from broker.http.wire.common import MAX_NAME, q_int, q_str
 from broker.http.wire.queues import queue_options, supported_options
-from broker.store import browse
+from broker.service import browse
 
 bp = Blueprint("ops_browse")
 
@@ -47,7 +47,7 @@ def _figures(r) -> dict:
 @bp.get("/api/v1/browse/queues")
 async def queues(request: BrokerRequest):
     search, limit, offset = _page(request)
-    rows, total, age = await browse.queues_page(request.app.ctx.store, search, limit, offset)
+    rows, total, age = await browse.queues(request.app.ctx, search, limit, offset)
     return json({
         "queues": [{"name": r["name"], "namespace": r["namespace"], "task": r["task"],
                     "priority": r["priority"], "createdAt": iso_milli(r["created_at"]),
@@ -62,7 +62,7 @@ async def queues(request: BrokerRequest):
 
 @bp.get("/api/v1/browse/queues/<queue:str>", unquote=True)
 async def queue(request: BrokerRequest, queue: str):
-    row = await browse.queue_header(request.app.ctx.store, queue)
+    row = await browse.queue(request.app.ctx, queue)
     if row is None:
         return error("Queue not found", 404)
     return json({"name": row["name"], "namespace": row["namespace"], "task": row["task"],
@@ -73,10 +73,10 @@ async def queue(request: BrokerRequest, queue: str):
 @bp.get("/api/v1/browse/queues/<queue:str>/partitions", unquote=True)
 async def partitions(request: BrokerRequest, queue: str):
     search, limit, offset = _page(request)
-    store = request.app.ctx.store
-    if await browse.queue_header(store, queue) is None:
+    page = await browse.partitions(request.app.ctx, queue, search, limit, offset)
+    if page is None:
         return error("Queue not found", 404)
-    rows, total = await browse.partitions_page(store, queue, search, limit, offset)
+    rows, total = page
     return json({
         "queue": queue,
         "partitions": [{"id": str(r["id"]), "name": r["name"],
@@ -91,7 +91,7 @@ async def partitions(request: BrokerRequest, queue: str):
 @bp.get("/api/v1/browse/consumer-groups")
 async def groups(request: BrokerRequest):
     search, limit, offset = _page(request)
-    rows, total = await browse.groups_page(request.app.ctx.store, search, limit, offset)
+    rows, total = await browse.groups(request.app.ctx, search, limit, offset)
     return json({
         "groups": [{"group": r["consumer_group"], "queue": r["queue_name"],
                     "namespace": r["namespace"], "task": r["task"],
@@ -106,8 +106,7 @@ async def groups(request: BrokerRequest):
 @bp.get("/api/v1/browse/consumer-groups/<group:str>/queues/<queue:str>", unquote=True)
 async def group_lag(request: BrokerRequest, group: str, queue: str):
     _search, limit, offset = _page(request)
-    rows, total, sub = await browse.group_lag_page(request.app.ctx.store, group, queue,
-                                                   limit, offset)
+    rows, total, sub = await browse.group_lag(request.app.ctx, group, queue, limit, offset)
     return json({
         "group": group, "queue": queue,
         "subscription": None if sub is None else {
@@ -136,7 +135,7 @@ async def partition_messages(request: BrokerRequest, queue: str, partition: str)
     raw_from = q_str(a, "from")
     since = parse_timestamp(raw_from, "from") if raw_from is not None else None
     limit = q_int(a, "limit", 50, minimum=1, maximum=MAX_PAGE)
-    rows = await browse.partition_messages(request.app.ctx.store, queue, partition,
+    rows = await browse.partition_messages(request.app.ctx, queue, partition,
                                            from_position, since, limit)
     return json({
         "queue": queue, "partition": partition,

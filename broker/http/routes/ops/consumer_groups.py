@@ -1,9 +1,5 @@
-"""Consumer groups (docs/wire-contract.md §11): listing, lag, deletion, subscription rewrite, seek.
-
-Cursors are positions (``seq``): a seek sets the position, releases the lease
-(its holder's acks then fail with "Invalid or expired lease") and, when the
-partition has messages after the new position, tells the wakers, the hot-list
-and the peers, like a push would.
+"""Consumer groups (docs/wire-contract.md §11): listing, lag, deletion, subscription rewrite,
+seek; the work (and what a seek or a deletion wakes) is broker/service/consumer_groups.py's.
 """
 from __future__ import annotations
 
@@ -15,22 +11,14 @@ from broker.http.responses import args, error, json, read_json
 from broker.http.routes.ops.common import plain
 from broker.http.types import BrokerRequest
 from broker.http.wire.common import body_object, q_bool, q_int
-from broker.store import ops
+from broker.service import consumer_groups as service
 
 bp = Blueprint("ops_consumer_groups")
 
 
-def _announce(request: BrokerRequest, pairs) -> None:
-    """Partitions that have messages after a group's (new) cursor: wake parked
-    pops and mark them in the hot-list (and on the peers)."""
-    pairs = sorted(set(pairs))
-    if pairs:
-        request.app.ctx.hints.pushed(pairs)
-
-
 @bp.get("/api/v1/consumer-groups")
 async def list_groups(request: BrokerRequest):
-    groups = await ops.consumer_groups(request.app.ctx.store)
+    groups = await service.groups(request.app.ctx)
     return json([plain(g) for g in groups])
 
 
@@ -38,7 +26,7 @@ async def list_groups(request: BrokerRequest):
 async def lagging(request: BrokerRequest):
     """Cursor rows whose oldest unconsumed message is older than minLagSeconds (3600)."""
     min_lag = q_int(args(request), "minLagSeconds", 3600, minimum=0)
-    rows = await ops.cursor_rows(request.app.ctx.store, min_lag_seconds=float(min_lag))
+    rows = await service.cursors(request.app.ctx, min_lag_seconds=float(min_lag))
     return json([{
         "consumer_group": r["consumer_group"], "queue_name": r["queue_name"],
         "partition_name": r["partition_name"], "partition_id": str(r["partition_id"]),
@@ -54,7 +42,7 @@ async def lagging(request: BrokerRequest):
 @bp.get("/api/v1/consumer-groups/<group:str>", unquote=True)
 async def get_group(request: BrokerRequest, group: str):
     """Per queue, the group's partitions; ``{}`` for a group without cursors."""
-    rows = await ops.cursor_rows(request.app.ctx.store, group=group)
+    rows = await service.cursors(request.app.ctx, group=group)
     out: dict[str, dict] = {}
     for r in rows:
         out.setdefault(r["queue_name"], {"partitions": []})["partitions"].append({
@@ -74,16 +62,8 @@ async def get_group(request: BrokerRequest, group: str):
 
 async def _delete(request: BrokerRequest, group: str, queue: str | None):
     delete_metadata = q_bool(args(request), "deleteMetadata", True)
-    gone, meta = await ops.delete_group(request.app.ctx.store, group, queue, delete_metadata)
-    if delete_metadata:  # let this broker store the group's subscription again
-        stored = request.app.ctx.queue_cache.subscriptions_stored
-        stored.difference_update({k for k in stored if k[0] == group and queue in (None, k[1])})
-        policies = request.app.ctx.queue_cache.group_policies
-        for key in [k for k in policies if k[1] == group and queue in (None, k[0])]:
-            del policies[key]
-    # The next pop re-seeds these partitions from the subscription (or the start).
-    _announce(request, ((r["queue_name"], r["partition_name"]) for r in gone if r["last_seq"] > 0))
-    body = {"success": True, "consumerGroup": group, "deletedPartitions": len(gone),
+    gone, meta = await service.delete(request.app.ctx, group, queue, delete_metadata)
+    body = {"success": True, "consumerGroup": group, "deletedPartitions": gone,
             "metadataDeleted": delete_metadata, "metadataRowsDeleted": meta}
     if queue is not None:
         body["queueName"] = queue
@@ -109,7 +89,7 @@ async def update_subscription(request: BrokerRequest, group: str):
     if not isinstance(raw, str):
         raise BadRequest("subscriptionTimestamp must be an ISO-8601 string")
     ts = parse_timestamp(raw, "subscriptionTimestamp")
-    rows = await ops.update_subscription(request.app.ctx.store, group, ts)
+    rows = await service.update_subscription(request.app.ctx, group, ts)
     return json({"success": True, "consumerGroup": group, "newTimestamp": iso_milli(ts),
                  "rowsUpdated": rows})
 
@@ -128,10 +108,9 @@ async def seek(request: BrokerRequest, group: str, queue: str):
         if not isinstance(raw_ts, str):
             raise BadRequest("timestamp must be an ISO-8601 string")
         ts = parse_timestamp(raw_ts, "timestamp")
-    rows = await ops.seek_queue(request.app.ctx.store, group, queue, to_end is True, ts)
+    rows = await service.seek(request.app.ctx, group, queue, to_end is True, ts)
     if rows is None:
         return error("Queue not found", 404)
-    _announce(request, ((queue, r["partition_name"]) for r in rows if r["seq"] < r["last_seq"]))
     return json({"success": True, "consumerGroup": group, "queueName": queue,
                  "seekToEnd": to_end is True, "targetTimestamp": iso_milli(ts),
                  "partitionsUpdated": len(rows),
@@ -144,7 +123,7 @@ async def seek(request: BrokerRequest, group: str, queue: str):
 async def seek_partition(request: BrokerRequest, group: str, queue: str, partition: str):
     """Move the group's cursor on one partition to its newest message (creating the
     cursor row when the group has none there), releasing the lease."""
-    row = await ops.seek_partition(request.app.ctx.store, group, queue, partition)
+    row = await service.seek_partition(request.app.ctx, group, queue, partition)
     if row is None:
         return json({"success": False, "error": "Partition not found"}, status=404)
     return json({"success": True, "consumerGroup": group, "queueName": queue,

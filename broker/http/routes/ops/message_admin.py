@@ -9,7 +9,7 @@ from broker.http.responses import args, json
 from broker.http.routes.ops.common import path_uuid, time_range
 from broker.http.types import BrokerRequest
 from broker.http.wire.common import MAX_NAME, q_int, q_str
-from broker.store import ops
+from broker.service import messages as service
 
 bp = Blueprint("ops_messages")
 
@@ -38,8 +38,8 @@ async def list_messages(request: BrokerRequest):
     since, until = time_range(a, round_to_minute=True)
     limit = q_int(a, "limit", 200, minimum=1, maximum=1000)
     offset = q_int(a, "offset", 0, minimum=0)
-    rows, mode = await ops.messages_page(
-        request.app.ctx.store, queue=_filter(a, "queue"), partition=_filter(a, "partition"),
+    rows, mode = await service.page(
+        request.app.ctx, queue=_filter(a, "queue"), partition=_filter(a, "partition"),
         namespace=_filter(a, "ns") or _filter(a, "namespace"), task=_filter(a, "task"),
         since=since, until=until, status=status, limit=limit, offset=offset)
     return json({
@@ -65,15 +65,10 @@ async def list_messages(request: BrokerRequest):
 @bp.get("/api/v1/messages/<partition_id:str>/<transaction_id:str>", unquote=True)
 async def get_message(request: BrokerRequest, partition_id: str, transaction_id: str):
     path_uuid(partition_id, "partitionId")
-    msg, groups, dead = await ops.message_detail(request.app.ctx.store, partition_id,
-                                                 transaction_id)
-    if msg is None:
+    found = await service.detail(request.app.ctx, partition_id, transaction_id)
+    if found is None:
         return json({"error": "Message not found"}, status=404)
-    st = ops.message_status(msg["seq"], groups, dead)
-    payload = msg["payload"]
-    cipher = request.app.ctx.cipher
-    if msg["is_encrypted"] and cipher is not None:
-        payload = cipher.decrypt(payload)
+    msg, st, payload, dead = found.message, found.status, found.payload, found.dead
     last_dead = dead[0] if dead else None
     return json({
         "id": str(msg["id"]), "transactionId": msg["transaction_id"],
@@ -107,7 +102,7 @@ async def get_message(request: BrokerRequest, partition_id: str, transaction_id:
 async def delete_message(request: BrokerRequest, partition_id: str, transaction_id: str):
     """Delete one message; its dead letters and traces go with it (cascade)."""
     path_uuid(partition_id, "partitionId")
-    deleted = await ops.delete_message(request.app.ctx.store, partition_id, transaction_id)
+    deleted = await service.delete(request.app.ctx, partition_id, transaction_id)
     body = {"success": deleted, "partitionId": partition_id, "transactionId": transaction_id,
             "message": "Message deleted successfully" if deleted else "Message not found"}
     if not deleted:
@@ -128,8 +123,8 @@ MOVE_REFUSED = {
 async def move_to_dlq(request: BrokerRequest, partition_id: str, transaction_id: str):
     """Dead-letter a message for queue mode (no body needed)."""
     path_uuid(partition_id, "partitionId")
-    outcome = await ops.move_to_dlq(request.app.ctx.store, partition_id, transaction_id,
-                                    "Manually moved to DLQ")
+    outcome = await service.move_to_dlq(request.app.ctx, partition_id, transaction_id,
+                                        "Manually moved to DLQ")
     if outcome == "moved":
         return json({"movedToDLQ": True, "partitionId": partition_id,
                      "transactionId": transaction_id})

@@ -10,7 +10,7 @@ from broker.http.responses import args, error, json
 from broker.http.routes.ops.common import now_utc
 from broker.http.types import BrokerRequest
 from broker.http.wire.common import MAX_NAME, q_int, q_str
-from broker.store import analytics, ops
+from broker.service import resources
 
 bp = Blueprint("ops_resources")
 
@@ -22,7 +22,7 @@ def _messages(r) -> dict:
 
 
 async def _dimension(request: BrokerRequest, dim: str, plural: str):
-    rows, age = await ops.dimension(request.app.ctx.store, dim)
+    rows, age = await resources.dimension(request.app.ctx, dim)
     return json({plural: [{dim: r["key"], "queues": r["queues"], "partitions": r["partitions"],
                            "messages": _messages(r)} for r in rows],
                  "statsAge": age})
@@ -42,9 +42,8 @@ async def tasks(request: BrokerRequest):
 
 @bp.get("/api/v1/resources/overview")
 async def overview(request: BrokerRequest):
-    store = request.app.ctx.store
-    o = await ops.overview(store)
-    recent, max_lag_ms = await analytics.overview_rates(store)
+    view = await resources.overview(request.app.ctx)
+    o, recent, max_lag_ms = view.figures, view.recent, view.max_lag_ms
     catalog, totals = o["catalog"], o["totals"]
     # pop lag of the last 5 minutes (the collector's rows), in whole seconds
     lag_time = {**o["lag"]["time"],
@@ -73,7 +72,7 @@ async def partitions(request: BrokerRequest):
     min_depth = q_int(a, "minDepth", 0, minimum=0)
     limit = q_int(a, "limit", 1000, minimum=1, maximum=10_000)
     offset = q_int(a, "offset", 0, minimum=0)
-    rows = await ops.partitions(request.app.ctx.store, queue, min_depth, limit, offset)
+    rows = await resources.partitions(request.app.ctx, queue, min_depth, limit, offset)
     return json({"partitions": [{
         "id": str(r["partition_id"]), "name": r["partition_name"], "queue": r["queue_name"],
         "namespace": r["namespace"], "task": r["task"], "queuePriority": r["priority"],
@@ -90,14 +89,14 @@ async def depth(request: BrokerRequest, queue: str):
     group = q_str(args(request), "group")
     if group is not None and len(group) > MAX_NAME:
         raise BadRequest(f"group must be at most {MAX_NAME} characters")
-    rows = await ops.queue_depth(request.app.ctx.store, queue, group)
-    if rows is None:
+    found = await resources.queue_depth(request.app.ctx, queue, group)
+    if found is None:
         return error("Queue not found", 404)
+    rows = found.rows
     pending = sum(r["pending"] for r in rows)
     owing = sum(1 for r in rows if r["pending"] > 0)
     # A conflating group runs its handler once per partition that owes work (§5.8).
-    conflates = group is not None and await ops.group_conflates(request.app.ctx.store, queue,
-                                                                group)
+    conflates = found.conflates
     return json({
         "queue": queue, "group": group, "pending": pending,
         "partitionsPending": owing,

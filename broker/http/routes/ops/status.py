@@ -20,9 +20,8 @@ from broker.http.routes.ops.common import (
 from broker.http.types import BrokerRequest
 from broker.http.wire.common import MAX_NAME, q_int, q_str
 from broker.http.wire.queues import figure_totals, partition_figures, queue_summary
-from broker.service import analytics
+from broker.service import analytics, messages
 from broker.service.drain import spool_stats
-from broker.store import ops
 
 bp = Blueprint("ops_status")
 
@@ -50,7 +49,7 @@ async def status(request: BrokerRequest):
     a = args(request)
     queue, namespace, task = _scope(a)
     since, until = time_range(a)
-    body = await analytics.status(request.app.ctx.store, since=since, until=until, queue=queue,
+    body = await analytics.status(request.app.ctx, since=since, until=until, queue=queue,
                                   namespace=namespace, task=task)
     body["timeRange"] = _range(since, until)
     body["errors"]["http5xx"] = sum(telemetry.errors.values())
@@ -64,7 +63,7 @@ async def status_queues(request: BrokerRequest):
     time_range(a)  # validated; queue listings are not time-bound
     limit = q_int(a, "limit", 100, minimum=1, maximum=1000)
     offset = q_int(a, "offset", 0, minimum=0)
-    rows = await ops.queues_status(request.app.ctx.store, namespace, task, limit, offset)
+    rows = await analytics.queues_status(request.app.ctx, namespace, task, limit, offset)
     return json({"queues": [queue_summary(r) for r in rows],
                  "pagination": {"limit": limit, "offset": offset,
                                 "total": rows[0]["full_count"] if rows else None}})
@@ -72,7 +71,7 @@ async def status_queues(request: BrokerRequest):
 
 @bp.get("/api/v1/status/queues/<queue:str>", unquote=True)
 async def status_queue(request: BrokerRequest, queue: str):
-    q, parts = await ops.queue_status(request.app.ctx.store, queue)
+    q, parts = await analytics.queue_status(request.app.ctx, queue)
     if q is None:
         return error("Queue not found", 404)
     figures = [partition_figures(p) for p in parts]
@@ -118,12 +117,9 @@ async def status_queue_messages(request: BrokerRequest, queue: str):
     a = args(request)
     limit = q_int(a, "limit", 50, minimum=1, maximum=1000)
     offset = q_int(a, "offset", 0, minimum=0)
-    store = request.app.ctx.store
-    if not await ops.queue_exists(store, queue):
+    if not await messages.queue_exists(request.app.ctx, queue):
         return error("Queue not found", 404)
-    rows, _mode = await ops.messages_page(store, queue=queue, partition=None, namespace=None,
-                                          task=None, since=None, until=None, status=None,
-                                          limit=limit, offset=offset)
+    rows, _mode = await messages.page(request.app.ctx, queue=queue, limit=limit, offset=offset)
     return json([{"id": str(r["id"]), "transactionId": r["transaction_id"],
                   "partitionId": str(r["partition_id"]),
                   "queuePath": f"{r['queue_name']}/{r['partition']}",
@@ -140,8 +136,9 @@ async def status_analytics(request: BrokerRequest):
     since, until = time_range(a, default=dt.timedelta(hours=24))
     if (until - since).total_seconds() / 60 / minutes > MAX_POINTS:
         raise BadRequest("too many points: use a coarser interval or a shorter range")
-    s = await ops.analytics(request.app.ctx.store, queue=queue, namespace=namespace, task=task,
-                            since=since, until=until, bucket_minutes=minutes)
+    s = await analytics.message_series(request.app.ctx, queue=queue, namespace=namespace,
+                                       task=task, since=since, until=until,
+                                       bucket_minutes=minutes)
     ing = series(s["ingested"], since, until, minutes)
     dead = series(s["dead"], since, until, minutes)
     proc = series(s["processed"], since, until, minutes)

@@ -14,7 +14,7 @@ from broker.http.routes.ops.common import path_uuid
 from broker.http.types import BrokerRequest
 from broker.http.wire.ack import is_partition_handle
 from broker.http.wire.common import MAX_NAME, body_object, q_int, q_str
-from broker.store import ops
+from broker.service import traces as service
 
 bp = Blueprint("ops_traces")
 
@@ -70,10 +70,9 @@ async def add_trace(request: BrokerRequest):
         raise BadRequest("consumerGroup must be a string")
     if not isinstance(event_type, str) or len(event_type) > MAX_NAME:
         raise BadRequest("eventType must be a string")
-    trace_id = await ops.add_trace(
-        request.app.ctx.store, partition_id=pid, transaction_id=txid, group=group,
-        event_type=event_type, data=body["data"],
-        worker_id=request.app.ctx.settings.queen_server_id, names=_names(body.get("traceNames")))
+    trace_id = await service.add_trace(
+        request.app.ctx, partition_id=pid, transaction_id=txid, group=group,
+        event_type=event_type, data=body["data"], names=_names(body.get("traceNames")))
     if trace_id is None:
         return json({"success": False, "error": "Message not found"}, status=404)
     return json({"success": True, "traceId": trace_id}, status=201)
@@ -84,7 +83,7 @@ async def trace_names(request: BrokerRequest):
     a = args(request)
     limit = q_int(a, "limit", 50, minimum=1, maximum=1000)
     offset = q_int(a, "offset", 0, minimum=0)
-    rows = await ops.trace_names(request.app.ctx.store, q_str(a, "search"), limit, offset)
+    rows = await service.trace_names(request.app.ctx, q_str(a, "search"), limit, offset)
     return json({"trace_names": [{"trace_name": r["trace_name"], "trace_count": r["trace_count"],
                                   "message_count": r["message_count"],
                                   "first_seen": iso_milli(r["first_seen"]),
@@ -111,8 +110,8 @@ async def _by_name(request: BrokerRequest, name: str):
     offset = q_int(a, "offset", 0, minimum=0)
     since = parse_timestamp(a["from"], "from") if q_str(a, "from") else None
     until = parse_timestamp(a["to"], "to") if q_str(a, "to") else None
-    total, rows = await ops.traces_by_name(request.app.ctx.store, name, since, until,
-                                           limit, offset)
+    total, rows = await service.traces_by_name(request.app.ctx, name, since, until,
+                                               limit, offset)
     return json({"traceName": name, "traces": [_trace(r) for r in rows], "total": total,
                  "pagination": {"limit": limit, "offset": offset}})
 
@@ -120,7 +119,7 @@ async def _by_name(request: BrokerRequest, name: str):
 @bp.get("/api/v1/traces/<partition_id:str>/<transaction_id:str>", unquote=True)
 async def traces_for_message(request: BrokerRequest, partition_id: str, transaction_id: str):
     path_uuid(partition_id, "partitionId")
-    rows = await ops.traces_for_message(request.app.ctx.store, partition_id, transaction_id)
+    rows = await service.traces_for_message(request.app.ctx, partition_id, transaction_id)
     if rows is None:
         return error("Message not found", 404)
     return json({"partitionId": partition_id, "transactionId": transaction_id,
