@@ -14,33 +14,26 @@ from __future__ import annotations
 
 from sanic import Blueprint
 
-from actors.spool.quarantine import valid_id
 from broker.core.errors import BadRequest
 from broker.http.responses import error, json, read_json
 from broker.http.types import BrokerRequest
 from broker.http.wire.common import body_object
-from broker.store.errors import StoreError
+from broker.service import quarantine as service
 
 bp = Blueprint("quarantine")
 
 PREFIX = "/api/v1/system/spool/quarantine"
 
 
-def _ident(value: str) -> str:
-    if not valid_id(value):
-        raise BadRequest(f"not a quarantine id: {value[:80]!r}")
-    return value
-
-
 @bp.get(PREFIX)
 async def list_quarantine(request: BrokerRequest):
-    entries = await request.app.ctx.spool.quarantine_list()
+    entries = await service.entries(request.app.ctx)
     return json({"count": len(entries), "entries": entries})
 
 
 @bp.get(PREFIX + "/<ident>")
 async def get_entry(request: BrokerRequest, ident: str):
-    entry = await request.app.ctx.spool.quarantine_get(_ident(ident))
+    entry = await service.entry(request.app.ctx, ident)
     if entry is None:
         return error(f"no quarantined event {ident}", 404)
     return json(entry)
@@ -53,19 +46,18 @@ async def replay_entry(request: BrokerRequest, ident: str):
         if key in overrides and not isinstance(overrides[key], str):
             raise BadRequest(f"{key} must be a string")
     try:
-        result = await request.app.ctx.spool.quarantine_replay(
-            _ident(ident), {k: overrides[k] for k in ("queue", "partition") if k in overrides})
+        result = await service.replay(
+            request.app.ctx, ident,
+            {k: overrides[k] for k in ("queue", "partition") if k in overrides})
     except LookupError:
         return error(f"no quarantined event {ident}", 404)
-    except ValueError as exc:
-        return error(f"cannot replay {ident}: {exc}", 409)
-    except StoreError as exc:  # still refused by PostgreSQL: kept in the quarantine
+    except service.ReplayRefused as exc:  # kept in the quarantine
         return error(f"cannot replay {ident}: {exc}", 409)
     return json(result)
 
 
 @bp.delete(PREFIX + "/<ident>")
 async def discard_entry(request: BrokerRequest, ident: str):
-    if not await request.app.ctx.spool.quarantine_discard(_ident(ident)):
+    if not await service.discard(request.app.ctx, ident):
         return error(f"no quarantined event {ident}", 404)
     return json({"id": ident, "discarded": True})

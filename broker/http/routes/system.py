@@ -1,10 +1,6 @@
-"""Maintenance modes (docs/behaviour.md §4.2, docs/wire-contract.md §15.4).
-
-The database holds the truth (queen.system_state); each broker mirrors both
-flags in memory, and the hot paths read only the mirror. A flip here persists
-the flag, then sets the local mirror and tells the peers; a peer that misses
-the hint catches up at its next reconcile. A flip that cannot be persisted
-answers 503 and changes nothing.
+"""Maintenance modes (docs/behaviour.md §4.2, docs/wire-contract.md §15.4): the flags'
+work is broker/service/system.py's. A flip that cannot be persisted answers 503 and
+changes nothing.
 """
 from __future__ import annotations
 
@@ -16,39 +12,15 @@ from broker.http.types import BrokerRequest
 from broker.http.wire.common import body_object
 from broker.service.drain import spool_stats
 from broker.service.gauges import cluster_backlog
-from broker.store.errors import StoreError, StoreUnavailable
+from broker.service.system import flip, refresh_flags
 
 bp = Blueprint("system")
-
-FLAG_KEYS = {"push": "maintenance_mode", "pop": "pop_maintenance_mode"}
-
 
 def _enabled(request: BrokerRequest) -> bool:
     enabled = body_object(read_json(request)).get("enabled")
     if not isinstance(enabled, bool):
         raise BadRequest("enabled (boolean) is required")
     return enabled
-
-
-async def _flip(app, which: str, enabled: bool) -> None:
-    """Store the flag first, then flip it here and tell the peers. A flip that
-    cannot be stored raises (StoreUnavailable / StoreError: a 503) and changes
-    nothing: flipping only this broker would be undone by its own reconcile
-    loop, which re-reads the flag from the database, after the route had
-    answered that maintenance was on."""
-    await app.ctx.store.set_system_flag(FLAG_KEYS[which], enabled)
-    app.ctx.flags.set(which, enabled, "HTTP")
-    app.ctx.hints.maintenance_changed(which, enabled)
-
-
-async def _refresh_flags(app) -> None:
-    """Read both flags fresh (falls back to memory when the database is down)."""
-    try:
-        state = await app.ctx.store.read_system_flags()
-    except (StoreUnavailable, StoreError):
-        return
-    app.ctx.flags.set("push", state.get("maintenance_mode", False), "read")
-    app.ctx.flags.set("pop", state.get("pop_maintenance_mode", False), "read")
 
 
 async def _buffer(app) -> dict:
@@ -77,7 +49,7 @@ async def _buffer(app) -> dict:
 @bp.get("/api/v1/system/maintenance")
 async def get_maintenance(request: BrokerRequest):
     app = request.app
-    await _refresh_flags(app)
+    await refresh_flags(app.ctx)
     return json({"maintenanceMode": app.ctx.flags.push, "popMaintenanceMode": app.ctx.flags.pop,
                  **await _buffer(app), "clusterBacklog": await cluster_backlog(app.ctx)})
 
@@ -86,7 +58,7 @@ async def get_maintenance(request: BrokerRequest):
 async def set_maintenance(request: BrokerRequest):
     enabled = _enabled(request)
     app = request.app
-    await _flip(app, "push", enabled)
+    await flip(app.ctx, "push", enabled)
     buffer = await _buffer(app)
     return json({"maintenanceMode": enabled, "bufferedMessages": buffer["bufferedMessages"],
                  "bufferHealthy": buffer["bufferHealthy"],
@@ -98,7 +70,7 @@ async def set_maintenance(request: BrokerRequest):
 @bp.get("/api/v1/system/maintenance/pop")
 async def get_pop_maintenance(request: BrokerRequest):
     app = request.app
-    await _refresh_flags(app)
+    await refresh_flags(app.ctx)
     on = app.ctx.flags.pop
     return json({"popMaintenanceMode": on,
                  "message": "Pop maintenance mode is ON. All POP operations return empty arrays."
@@ -108,7 +80,7 @@ async def get_pop_maintenance(request: BrokerRequest):
 @bp.post("/api/v1/system/maintenance/pop")
 async def set_pop_maintenance(request: BrokerRequest):
     enabled = _enabled(request)
-    await _flip(request.app, "pop", enabled)
+    await flip(request.app.ctx, "pop", enabled)
     return json({"popMaintenanceMode": enabled,
                  "message": "Pop maintenance mode ENABLED. All POP operations will return empty arrays."
                  if enabled else "Pop maintenance mode DISABLED. Normal operation resumed."})

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 
 from sanic import Blueprint
 
-from actors.live_series import THROUGHPUT_SECONDS
 from broker.core.times import iso_milli
 from broker.http.responses import args, json
 from broker.http.types import BrokerRequest
 from broker.http.wire.common import q_int
+from broker.service import gauges, jobs
 from broker.service.drain import spool_stats
 from broker.service.gauges import cluster_backlog
+from broker.service.system import THROUGHPUT_SECONDS, database_reachable
 
 if TYPE_CHECKING:
     from broker.service.context import BrokerContext
@@ -37,7 +38,7 @@ def _iso(seconds: float | None) -> str | None:
 async def throughput(request: BrokerRequest):
     seconds = q_int(args(request), "seconds", THROUGHPUT_SECONDS, minimum=1,
                     maximum=THROUGHPUT_SECONDS)
-    points = await request.app.ctx.live.throughput_series(seconds)
+    points = await gauges.throughput(request.app.ctx, seconds)
     totals = request.app.ctx.telemetry.throughput_totals()
     return json({
         "server": request.app.ctx.settings.queen_server_id,
@@ -56,18 +57,15 @@ async def throughput(request: BrokerRequest):
 
 @bp.get("/api/v1/live/queues/<queue:str>/depth", unquote=True)
 async def depth(request: BrokerRequest, queue: str):
-    live = request.app.ctx.live
-    points = await live.depth_series(queue)
-    stats = await live.stats()
-    return json({"queue": queue, "intervalSeconds": stats["depthIntervalSeconds"],
+    points, interval = await gauges.depth_history(request.app.ctx, queue)
+    return json({"queue": queue, "intervalSeconds": interval,
                  "source": "queen.stats (stats job)",
                  "t": [round(t, 3) for t, _ in points], "pending": [d for _, d in points]})
 
 
 async def _jobs(ctx: BrokerContext) -> list[dict]:
     out = []
-    for name, job in ctx.jobs.items():
-        s = await job.stats()
+    for name, s in (await jobs.stats(ctx)).items():
         last = s.get("lastResult") or {}
         out.append({"job": name, "intervalMs": s["intervalMs"], "cycles": s["cycles"],
                     "ran": s["ran"], "skipped": s["skipped"], "failures": s["failures"],
@@ -82,12 +80,12 @@ async def _jobs(ctx: BrokerContext) -> list[dict]:
 async def cluster(request: BrokerRequest):
     app = request.app
     settings = app.ctx.settings
-    mesh = app.ctx.mesh.stats() if app.ctx.mesh is not None else None
+    mesh = gauges.mesh_stats(app.ctx)
     spool = await spool_stats(app.ctx)
     return json({
         "server": settings.queen_server_id,
         "workerId": settings.worker_id,
-        "database": "connected" if await app.ctx.store.ping() else "disconnected",
+        "database": "connected" if await database_reachable(app.ctx) else "disconnected",
         "maintenance": {"push": app.ctx.flags.push, "pop": app.ctx.flags.pop},
         "mesh": None if mesh is None else {
             "peers": mesh["peers"], "peerCount": mesh["peer_count"],
@@ -96,6 +94,6 @@ async def cluster(request: BrokerRequest):
         "spool": {"pending": spool["pendingCount"], "quarantined": spool["quarantinedEvents"],
                   "pendingBytes": spool["pendingBytes"], "healthy": spool["healthy"]},
         "spoolBacklog": await cluster_backlog(app.ctx),
-        "parkedPops": await app.ctx.waiters_proxy.parked_count(),
+        "parkedPops": await gauges.parked_pops(app.ctx),
         "jobs": await _jobs(app.ctx),
     })

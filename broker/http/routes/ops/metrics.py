@@ -22,12 +22,9 @@ from broker.http.responses import json
 from broker.http.types import BrokerApp, BrokerRequest
 from broker.http.wire import ephemeral as ephemeral_wire
 from broker.service import ephemeral as ephemeral_service
-from broker.service import spools as spools_service
-from broker.service import state_ops
+from broker.service import metrics as service
 from broker.service.drain import spool_stats
 from broker.service.gauges import gauges
-from broker.store import ops
-from broker.store.errors import StoreError, StoreUnavailable
 
 bp = Blueprint("ops_metrics")
 
@@ -52,14 +49,7 @@ async def metrics_json(request: BrokerRequest) -> HTTPResponse:
     total_requests = sum(snap["requests"].values())
     proc = telemetry.process.figures()
     spool = await spool_stats(request.app.ctx)
-    queues: dict[str, dict] | None
-    state: dict[str, Any] | None
-    try:
-        queues = await ops.queue_stats(request.app.ctx.store)
-        state = await state_ops.metric_figures(request.app.ctx)
-    except (StoreUnavailable, StoreError) as exc:  # the process figures still answer
-        logger.warning("metrics: database figures unavailable: {}", exc)
-        queues = state = None
+    queues, state = await service.json_figures(request.app.ctx)  # None: database away
     rates = telemetry.rates(total_requests)
     return json({
         "uptime": snap["uptime_s"],
@@ -74,7 +64,7 @@ async def metrics_json(request: BrokerRequest) -> HTTPResponse:
         "database": {"poolSize": g["db_pool_size"], "maxPoolSize": g["db_pool_max"],
                      "idleConnections": g["db_pool_idle"],
                      "activeConnections": g["db_pool_size"] - g["db_pool_idle"],
-                     "waitingRequests": request.app.ctx.store.pool_waiting()},
+                     "waitingRequests": service.pool_waiting(request.app.ctx)},
         "memory": {"rss": proc.get("rss", 0), "vms": proc.get("vms", 0)},
         "cpu": {"user": proc.get("cpu_user", 0), "system": proc.get("cpu_system", 0),
                 "percent": proc.get("cpu_percent", 0), "threads": proc.get("threads", 0)},
@@ -95,20 +85,14 @@ async def snapshot(app: BrokerApp) -> dict[str, Any]:
     """Every figure of the Prometheus page, gathered before rendering."""
     snap: dict[str, Any] = {"gauges": gauges(app.ctx), "telemetry": telemetry.snapshot(),
                             "process": telemetry.process.figures(),
-                            "pool_waiting": app.ctx.store.pool_waiting()}
+                            "pool_waiting": service.pool_waiting(app.ctx)}
     snap["ephemeral"] = ephemeral_service.figures(app.ctx)
     try:
         snap["spool"] = await spool_stats(app.ctx)
     except Exception as exc:  # the spool actor stopped: report what we can
         logger.warning("metrics: spool stats unavailable: {}", exc)
         snap["spool"] = None
-    try:
-        snap["db"] = await ops.metrics_snapshot(app.ctx.store)
-        snap["state"] = await state_ops.metric_figures(app.ctx)
-        snap["spool_holds"] = await spools_service.holds(app.ctx)
-    except (StoreUnavailable, StoreError) as exc:
-        logger.warning("metrics: database figures unavailable: {}", exc)
-        snap["db"] = snap["state"] = snap["spool_holds"] = None
+    snap.update(await service.prometheus_figures(app.ctx))
     return snap
 
 
