@@ -21,6 +21,7 @@ from typing import Any
 from loguru import logger
 
 from actors.ephemeral.options import QueueOptions, effective, parse_patch
+from actors.ephemeral.queues import MemoryFull as MemoryFull
 from actors.ephemeral.queues import PushVerdict, QueueFigures
 from actors.ephemeral.rings import Delivery
 from broker.core.errors import BadRequest

@@ -7,6 +7,10 @@ from broker.service.context import BrokerContext
 from broker.store import kv
 from broker.store.kv import BatchOutcome, KvOp
 
+# re-exported for broker/http, which imports no store module
+from broker.store.kv import KvPreconditionFailed as KvPreconditionFailed
+from broker.store.kv import rolled_back as rolled_back
+
 
 async def batch(ctx: BrokerContext, ops: list[KvOp]) -> BatchOutcome:
     """Results index-aligned with ``ops``; a required operation that did not apply rolls

@@ -14,6 +14,9 @@ from broker.service.context import BrokerContext
 from broker.store import spools
 from broker.store.errors import StoreError, StoreUnavailable
 
+# re-exported for broker/http, which imports no store module
+from broker.store.spools import Release as Release
+
 MAX_SPOOL_ID = 255
 """Longest spool id the release takes (a broker's id plus 9 characters)."""
 

@@ -13,12 +13,12 @@ import ujson
 from sanic import Blueprint
 from sanic.response import HTTPResponse
 
-from actors.ephemeral.queues import MemoryFull
 from broker.http.forward import at_owner
 from broker.http.responses import RETRY_AFTER_SECONDS, args, json, read_json
 from broker.http.types import BrokerRequest
 from broker.http.wire import ephemeral as wire
 from broker.service import ephemeral as service
+from broker.service.ephemeral import MemoryFull
 
 bp = Blueprint("ephemeral")
 

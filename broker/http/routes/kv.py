@@ -21,7 +21,7 @@ from broker.http.wire.kv import (
     parse_kv_put,
 )
 from broker.service import kv as service
-from broker.store.kv import KvOp
+from broker.service.kv import KvOp
 
 bp = Blueprint("kv")
 

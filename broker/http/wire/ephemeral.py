@@ -10,14 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from actors.ephemeral.options import QueueOptions, parse_patch
-from actors.ephemeral.queues import PushVerdict, QueueFigures
-from actors.ephemeral.rings import Delivery
 from broker.core.domain import QUEUE_MODE
 from broker.core.errors import BadRequest
 from broker.core.validate import Invalid, payload_json
 from broker.http.wire.common import INT32_MAX, body_object, name_field, q_bool, q_int, q_str
-from broker.service.ephemeral import EphemeralPop
+from broker.service.ephemeral import (
+    Delivery,
+    EphemeralPop,
+    PushVerdict,
+    QueueFigures,
+    QueueOptions,
+    parse_patch,
+)
 
 DEFAULT_PARTITION = "Default"
 MAX_POP_BATCH = 10_000

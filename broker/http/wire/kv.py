@@ -13,9 +13,9 @@ from broker.core.errors import BadRequest
 from broker.core.times import iso_milli
 from broker.core.validate import Invalid, payload_json, text_problem
 from broker.http.wire.common import array_field, body_object, is_int, q_str
+from broker.service.kv import BatchOutcome, KvOp
+from broker.service.supervision import NAMESPACE as SUPERVISION_NS
 from broker.service.supervision import Instance, Pool, SupervisionView
-from broker.store.kv import BatchOutcome, KvOp
-from broker.store.supervision import NAMESPACE as SUPERVISION_NS
 
 KV_MAX_OPS = 1000
 KV_NS_MAX = 128

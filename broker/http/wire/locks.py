@@ -7,7 +7,7 @@ from typing import Any
 
 from broker.core.errors import BadRequest
 from broker.http.wire.common import array_field, body_object, is_int
-from broker.store.locks import LockOp
+from broker.service.locks import LockOp
 
 LOCK_MAX_OPS = 100
 LOCK_NAME_MAX_BYTES = 256

@@ -11,7 +11,7 @@ from typing import Any
 from broker.core.errors import BadRequest
 from broker.core.times import iso_milli
 from broker.http.wire.common import body_object, required_name
-from broker.store.sql import QUEUE_OPTIONS
+from broker.service.queues import QUEUE_OPTIONS
 
 # -- configure ------------------------------------------------------------------------------
 

@@ -9,9 +9,9 @@ from typing import Any
 from broker.http.wire.common import array_field
 from broker.http.wire.kv import KV_MAX_OPS, parse_kv_op
 from broker.http.wire.timers import TIMER_MAX_OPS, parse_timer_op
+from broker.service.kv import KvOp
 from broker.service.riders import Riders
-from broker.store.kv import KvOp
-from broker.store.timers import TimerOp
+from broker.service.timers import TimerOp
 
 
 def parse_riders(body: Mapping[str, Any]) -> tuple[list[KvOp], list[TimerOp]]:

@@ -6,8 +6,7 @@ import datetime as dt
 from collections.abc import Mapping
 
 from broker.core.times import iso_milli
-from broker.service.spools import Holds, SpoolHold
-from broker.store.spools import Release
+from broker.service.spools import Holds, Release, SpoolHold
 
 
 def _hold(h: SpoolHold) -> dict:

@@ -17,8 +17,14 @@ from broker.core.validate import Invalid, check_name, check_text, payload_json
 from broker.http.wire.ack import is_partition_handle, parse_ack_item, parse_group
 from broker.http.wire.common import MAX_NAME, body_object, q_int
 from broker.http.wire.push import check_item_count, parse_push_item
-from broker.service.streams import CycleAck, CycleOutcome, CycleRequest, QuerySpec
-from broker.store.streams import StateOp, StateRead
+from broker.service.streams import (
+    CycleAck,
+    CycleOutcome,
+    CycleRequest,
+    QuerySpec,
+    StateOp,
+    StateRead,
+)
 
 STATE_KEY_MAX_BYTES = 1024
 """Longest state key (UTF-8 bytes): keys are a unique index's entries."""

@@ -16,7 +16,7 @@ from broker.core.ids import new_uuid7
 from broker.core.validate import Invalid, payload_json, text_problem
 from broker.http.wire.common import array_field, body_object, is_int, name_field
 from broker.http.wire.zstd import Budget, unzstd
-from broker.store.timers import TimerOp
+from broker.service.timers import TimerOp
 
 TIMER_MAX_OPS = 1000
 TIMER_KEY_MAX_BYTES = 1024

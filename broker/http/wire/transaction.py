@@ -18,11 +18,10 @@ from broker.http.wire.riders import (
     riders_rolled_back,
     timers_not_applied,
 )
-from broker.service.ack import TransactionOutcome
+from broker.service.ack import TransactionAborted, TransactionOutcome
+from broker.service.kv import KvPreconditionFailed
+from broker.service.kv import rolled_back as kv_rolled_back
 from broker.service.riders import Riders
-from broker.store.errors import TransactionAborted
-from broker.store.kv import KvPreconditionFailed
-from broker.store.kv import rolled_back as kv_rolled_back
 
 # The operations in request order: ("push", PushItem) | ("ack", AckRow).
 Flat = list[tuple[str, Any]]

@@ -16,7 +16,7 @@ from broker.http.openapi.builder import (
     q_int,
     query,
 )
-from broker.store.sql import QUEUE_OPTIONS
+from broker.service.queues import QUEUE_OPTIONS
 
 TAG = "Queues"
 
