@@ -13,6 +13,7 @@ from broker.service.timers import counted, prepared, scheduled
 from broker.store import kv, timers
 from broker.store.kv import KvOp
 from broker.store.timers import TimerOp
+from broker.store.transactions import Connection
 
 
 @dataclass
@@ -31,12 +32,12 @@ class Riders:
             self.timer_ops = await prepared(ctx, self.timer_ops, producer_sub)
 
     # The hooks overwrite their results: a transaction rerun after a deadlock runs them again.
-    async def before(self, conn) -> None:
+    async def before(self, conn: Connection) -> None:
         self.kv_results = []
         if self.kv_ops:
             await kv.apply_ops(conn, self.kv_ops, into=self.kv_results)
 
-    async def after(self, conn) -> None:
+    async def after(self, conn: Connection) -> None:
         self.timer_results = await timers.apply_ops(conn, self.timer_ops) if self.timer_ops \
             else []
 

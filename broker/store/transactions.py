@@ -4,7 +4,7 @@ cycle)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
 import asyncpg
 from loguru import logger
@@ -18,7 +18,11 @@ from broker.store.errors import (
     mapped_errors,
 )
 
-Hook = Callable[[asyncpg.Connection], Awaitable[None]]
+Connection: TypeAlias = asyncpg.Connection
+"""The transaction's connection as a hook receives it: outside the store it is only handed
+on to store functions that run inside the transaction (kv.apply_ops, timers.apply_ops)."""
+
+Hook = Callable[[Connection], Awaitable[None]]
 """Extra work of a transaction on its connection (the key/value and timer riders): it
 keeps its own results, and raises to roll the whole transaction back. It runs again
 when the transaction is rerun after a deadlock, so it must overwrite, not append."""
