@@ -17,7 +17,7 @@ from broker.core.logs import Throttle
 from broker.core.telemetry import telemetry
 from broker.http.responses import json
 from broker.http.types import BrokerRequest
-from broker.service.ownership import owner_of
+from broker.service.ephemeral_ownership import owner as owner_and_address
 
 FORWARDED_BY = "x-queen-forwarded-by"
 """Header naming the broker that forwarded a request: its receiver serves it, never again
@@ -41,10 +41,7 @@ async def at_owner(request: BrokerRequest, queue: str, wait_ms: int = 0) -> HTTP
     ctx = request.app.ctx
     if request.headers.get(FORWARDED_BY) or not forwarding(request):
         return None
-    assert ctx.mesh is not None
-    members = ctx.mesh.members()
-    owner = owner_of(members, queue)
-    url = members[owner]
+    owner, url = owner_and_address(ctx, queue)
     if url is None:
         return None
     target = url + request.path + (f"?{request.query_string}" if request.query_string else "")

@@ -51,3 +51,12 @@ async def members_changed(ctx: BrokerContext, members: frozenset[str]) -> int:
         logger.warning("ephemeral: declarations not re-read after the change ({}); a queue "
                        "taken over keeps the options this broker knew", exc)
     return dropped
+
+
+def owner(ctx: BrokerContext, queue: str) -> tuple[str, str | None]:
+    """The broker that owns ``queue`` among the members alive now (the mesh must run), and
+    its advertised HTTP API (None: not advertised yet)."""
+    assert ctx.mesh is not None
+    members = ctx.mesh.members()
+    found = owner_of(members, queue)
+    return found, members[found]
