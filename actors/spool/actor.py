@@ -141,16 +141,12 @@ class Spool(AsyncioActor):
 
     # -- writing -------------------------------------------------------------------
 
-    async def append(self, events: list[dict],
-                     registered: bool = False) -> asyncio.Future[None]:
+    async def append(self, events: list[dict]) -> asyncio.Future[None]:
         """Write every event of one push, or none of them (raises SpoolError,
         SpoolFull when the cap would be passed), and answer a future that is done
         when the push may be acknowledged: ``await (await spool.append(events))``.
         The actor takes the next push while this one's sync runs, so pushes share
-        syncs; see SpoolWriter.append. ``registered``: PostgreSQL already lists this
-        broker as holding these partitions (a held push)."""
-        if registered:
-            self.registration.held_push()  # even if the write fails: PostgreSQL lists us now
+        syncs; see SpoolWriter.append."""
         if not events:
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             done.set_result(None)

@@ -47,7 +47,7 @@ class PopWaitersPort(Protocol):
 
 
 class HotListPort(Protocol):
-    """actors.hotlist.HotListActor: the candidate partitions of wildcard pops."""
+    """actors.hotlist.HotList: the candidate partitions of wildcard pops."""
 
     def take(self, queue: str, group: str, k: int) -> Awaitable[Take]: ...
 
@@ -78,8 +78,7 @@ class SpoolPort(Protocol):
     """actors.spool.Spool: the file buffer of pushes the database could not take, and its
     quarantine."""
 
-    def append(self, events: list[dict[str, Any]],
-               registered: bool = ...) -> Awaitable[asyncio.Future[None]]: ...
+    def append(self, events: list[dict[str, Any]]) -> Awaitable[asyncio.Future[None]]: ...
 
     def stats(self) -> Awaitable[dict[str, Any]]: ...
 
