@@ -14,7 +14,7 @@ instantiated.
 from __future__ import annotations
 
 from actors.batcher import Batcher
-from actors.hotlist import HotListActor
+from actors.hotlist import HotList
 from actors.leader_jobs import PeriodicJob
 from actors.live_series import LiveSeries
 from actors.pop_waiters import PopWaiterRegistry
@@ -47,22 +47,22 @@ class PopWaitersProxy:
 
 
 class HotListProxy:
-    mark = proxied(HotListActor.mark)
-    mark_many = proxied(HotListActor.mark_many)
-    pending_dirty = proxied(HotListActor.pending_dirty)
-    drain_dirty = proxied(HotListActor.drain_dirty)
-    take = proxied(HotListActor.take)
-    take_sized = proxied(HotListActor.take_sized)
-    size = proxied(HotListActor.size)
-    pilot_took = proxied(HotListActor.pilot_took)
-    wait_ms = proxied(HotListActor.wait_ms)
-    check_in = proxied(HotListActor.check_in)
-    ack_released = proxied(HotListActor.ack_released)
-    seed = proxied(HotListActor.seed)
-    seed_aborted = proxied(HotListActor.seed_aborted)
-    reconcile = proxied(HotListActor.reconcile)
-    forget_queue = proxied(HotListActor.forget_queue)
-    stats = proxied(HotListActor.stats)
+    mark = proxied(HotList.mark)
+    mark_many = proxied(HotList.mark_many)
+    pending_dirty = proxied(HotList.pending_dirty)
+    drain_dirty = proxied(HotList.drain_dirty)
+    take = proxied(HotList.take)
+    take_sized = proxied(HotList.take_sized)
+    size = proxied(HotList.size)
+    pilot_took = proxied(HotList.pilot_took)
+    wait_ms = proxied(HotList.wait_ms)
+    check_in = proxied(HotList.check_in)
+    ack_released = proxied(HotList.ack_released)
+    seed = proxied(HotList.seed)
+    seed_aborted = proxied(HotList.seed_aborted)
+    reconcile = proxied(HotList.reconcile)
+    forget_queue = proxied(HotList.forget_queue)
+    stats = proxied(HotList.stats)
 
 
 class SpoolProxy:

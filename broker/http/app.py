@@ -14,7 +14,7 @@ from sanic.response import HTTPResponse
 from actors.batcher import Batcher
 from actors.ephemeral import EphemeralKeeper, EphemeralQueues
 from actors.hints import Hints
-from actors.hotlist import HotListActor
+from actors.hotlist import HotList
 from actors.leader_jobs import start_jobs
 from actors.live_series import LiveSeries
 from actors.mesh import Mesh, MeshTLS
@@ -195,7 +195,7 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
             cache, flags, store.read_system_flags, settings.queen_cache_refresh_interval_ms)
         app.ctx.hotlist = None
         if settings.queen_hotlist:
-            app.ctx.hotlist = typed_proxy(HotListProxy, HotListActor.start(
+            app.ctx.hotlist = typed_proxy(HotListProxy, HotList.start(
                 reseed_ms=settings.queen_hotlist_reseed_ms,
                 track_dirty=settings.mesh_active).proxy())
             # After an outage the rings are set right at once (HotList.reconcile).

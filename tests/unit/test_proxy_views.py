@@ -14,7 +14,7 @@ import pytest
 
 from actors import proxies
 from actors.batcher import Batcher
-from actors.hotlist import HotListActor
+from actors.hotlist import HotList
 from actors.leader_jobs import PeriodicJob
 from actors.live_series import LiveSeries
 from actors.pop_waiters import PopWaiterRegistry
@@ -26,7 +26,7 @@ from broker.service import ports
 
 VIEWS = {
     proxies.PopWaitersProxy: (PopWaiterRegistry, ports.PopWaitersPort),
-    proxies.HotListProxy: (HotListActor, ports.HotListPort),
+    proxies.HotListProxy: (HotList, ports.HotListPort),
     proxies.SpoolProxy: (Spool, ports.SpoolPort),
     proxies.StagingMergerProxy: (StagingMerger, ports.StagingMergerPort),
     proxies.BatcherProxy: (Batcher, ports.BatcherPort),
