@@ -3,10 +3,10 @@
 pykka types every proxy attribute as Any. Each class here lists one actor's public
 methods through `proxied`, so a call through ``typed_proxy(View, ref.proxy())`` is
 checked against the actor's own signature, and its result is the AsyncioFuture the proxy
-really returns. broker/http/app.py types the proxies it starts with these views before
-storing them in the broker's context, whose fields are the service layer's ports
-(broker/service/ports.py): that assignment is where mypy checks that each actor offers
-what the services call on it.
+really returns. An actor method is declared once, on the actor: a view names it and takes
+its signature from it (tests/unit/test_proxy_views.py checks that every view entry is the
+actor's own method of that name). The broker's context (broker/service/context.py) types
+its actor fields with these views, so mypy checks each call a service makes on an actor.
 
 Nothing here runs per call: `proxied` returns the method itself, the classes are never
 instantiated.

@@ -177,9 +177,8 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
         app.ctx.store = store
         app.ctx.migration = Migration(dsn)
         # Refs for long_poll, proxies (built once: pykka introspects on each
-        # proxy() call) for everything else. Each proxy is typed with its actor's view
-        # (actors/proxies.py): storing it in a context field typed with a port
-        # (broker/service/ports.py) is where mypy checks the actor against the port.
+        # proxy() call) for everything else, each typed with its actor's view
+        # (actors/proxies.py).
         app.ctx.waiters = PopWaiterRegistry.start()
         app.ctx.waiters_proxy = typed_proxy(PopWaitersProxy, app.ctx.waiters.proxy())
         cache = QueueConfigCache(store.load_encryption_flags)

@@ -2,13 +2,12 @@
 
 Routes parse a request (``broker.http.wire``), call one function here, and shape the
 answer from what it returns. These functions know the store, the actors (through the
-ports of ``ports.py``) and each other, never Sanic: a push, a pop with the hot-list's claim
+typed proxies of ``actors/proxies.py``) and each other, never Sanic: a push, a pop with the hot-list's claim
 protocol and its long poll, an ack, a transaction, the spool's upload and the staging
 merge, and the wakes after a commit or a released lease all live here, and each is
 testable without HTTP.
 
     context.py    BrokerContext: the typed application context (app.ctx)
-    ports.py      what the services call on each actor, as Protocols
     push.py       push: fold + commit, or spool; staged items; wakes after commit
     pop.py        pop: hot-list candidates, the claim, verdicts back
     long_poll.py  a pop that waits: attempt, park, wake or timer, deadline

@@ -13,28 +13,19 @@ The jobs are reached through ``app.ctx.jobs`` (proxies from actors.leader_jobs).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sanic import Blueprint
 
 from broker.http.responses import error, json, read_json
 from broker.http.types import BrokerRequest
 
-if TYPE_CHECKING:
-    from broker.service.ports import JobPort
-
 bp = Blueprint("ops_stats")
-
-
-def _jobs(request: BrokerRequest) -> dict[str, JobPort]:
-    return request.app.ctx.jobs
 
 
 @bp.post("/api/v1/stats/refresh")
 async def refresh_stats(request: BrokerRequest):
     body = read_json(request)
     full = bool(body.get("full")) if isinstance(body, dict) else False
-    job = _jobs(request).get("stats")
+    job = request.app.ctx.jobs.get("stats")
     if job is None:
         return error("stats job not running", 503)
     result = await job.run_once(full=full)
@@ -47,12 +38,12 @@ async def refresh_stats(request: BrokerRequest):
 
 @bp.get("/api/v1/system/jobs")
 async def jobs_stats(request: BrokerRequest):
-    return json({name: await job.stats() for name, job in _jobs(request).items()})
+    return json({name: await job.stats() for name, job in request.app.ctx.jobs.items()})
 
 
 @bp.post("/api/v1/system/jobs/<name:str>/run")
 async def run_job(request: BrokerRequest, name: str):
-    job = _jobs(request).get(name)
+    job = request.app.ctx.jobs.get(name)
     if job is None:
         return error(f"no such job: {name}", 404)
     return json(await job.run_once())
