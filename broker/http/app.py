@@ -63,12 +63,11 @@ from broker.http.routes import (
     system,
     timers,
 )
-from broker.http.types import BrokerApp
+from broker.http.types import BrokerApp, HttpContext
 from broker.service import drain as drain_service
 from broker.service import ephemeral as ephemeral_service
 from broker.service import push as push_service
 from broker.service import timers as timers_service
-from broker.service.context import BrokerContext
 from broker.service.ephemeral_ownership import watch_members
 from broker.service.gauges import gauges
 from broker.service.migration import Migration
@@ -137,7 +136,7 @@ def access_line(request: Request, response: HTTPResponse, started: float | None)
 
 
 def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
-    ctx = BrokerContext(
+    ctx = HttpContext(
         settings=settings,
         cipher=PayloadCipher(settings.encryption_key) if settings.encryption_key else None,
         auth=Authenticator(settings), telemetry=telemetry)

@@ -6,7 +6,8 @@ is served, so handlers and services may rely on every field being set.
 
 The actors are reached through their proxies, typed with the views of
 :mod:`actors.proxies`: each view is made of the actor's own methods, so what a service
-calls on an actor is checked against the actor's one declaration of it.
+calls on an actor is checked against the actor's one declaration of it. What only the
+HTTP layer uses (the authenticator) is on its subclass, broker.http.types.HttpContext.
 """
 from __future__ import annotations
 
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from broker.core.config import Settings
     from broker.core.crypto import PayloadCipher
     from broker.core.telemetry import Telemetry
-    from broker.http.auth import Authenticator
     from broker.service.migration import Migration
     from broker.store.db import Store
 
@@ -46,7 +46,6 @@ class BrokerContext:
     # set when the app is built
     settings: Settings
     cipher: PayloadCipher | None
-    auth: Authenticator
     telemetry: Telemetry
     # set while the server starts (None until then, typed as set: see the module docstring)
     store: Store = None  # type: ignore[assignment]
