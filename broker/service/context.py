@@ -1,8 +1,9 @@
-"""The application context, typed: Sanic's ``app.ctx`` is an instance of this.
+"""The application context, typed: Sanic's ``app.ctx`` is an instance of this (of its
+HTTP subclass, broker.http.types.HttpContext).
 
-Fields set when the app is built are filled at once; the rest while the
-server starts (``broker.http.app``'s ``before_server_start``), before any request
-is served, so handlers and services may rely on every field being set.
+Fields set when the app is built are filled at once; the rest while the server starts
+(broker/wiring.py, called by ``broker.http.app``'s ``before_server_start``), before any
+request is served, so handlers and services may rely on every field being set.
 
 The actors are reached through their proxies, typed with the views of
 :mod:`actors.proxies`: each view is made of the actor's own methods, so what a service

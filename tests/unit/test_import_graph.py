@@ -5,11 +5,12 @@
   remove it); only ``if TYPE_CHECKING:`` blocks are left out;
 * no route module imports another route module (shared work lives in
   ``broker/service/``);
-* ``actors/`` and ``broker/service/`` never import Sanic;
+* ``actors/``, ``broker/service/`` and ``broker/wiring.py`` never import Sanic;
 * the layers (issue 28): each module imports only modules of its own layer or of the layers
   below it, in this order, lowest first: ``broker.core`` (and the ``broker`` package itself,
   which holds only the version), ``broker.store``, ``actors``, ``broker.service``,
-  ``broker.http``, and ``broker.__main__`` on top.
+  ``broker.wiring`` (the composition root, one module), ``broker.http``, and
+  ``broker.__main__`` on top.
 """
 from __future__ import annotations
 
@@ -140,15 +141,16 @@ def test_no_route_imports_another_route():
     assert {m: sorted(graph[m] & routes) for m in routes if graph[m] & routes} == {}
 
 
-def test_actors_and_services_never_import_sanic():
-    for pkg in ("actors", "broker/service"):
-        for path in (ROOT / pkg).rglob("*.py"):
-            tree = ast.parse(path.read_text())
-            names = {alias.name.split(".")[0] for node in ast.walk(tree)
-                     if isinstance(node, ast.Import) for alias in node.names}
-            names |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
-                      if isinstance(node, ast.ImportFrom)}
-            assert "sanic" not in names, path
+def test_actors_services_and_the_wiring_never_import_sanic():
+    paths = [*(ROOT / "actors").rglob("*.py"), *(ROOT / "broker" / "service").rglob("*.py"),
+             ROOT / "broker" / "wiring.py"]
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        names = {alias.name.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.Import) for alias in node.names}
+        names |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+                  if isinstance(node, ast.ImportFrom)}
+        assert "sanic" not in names, path
 
 
 def test_the_checker_sees_a_lazy_cycle(tmp_path):
@@ -157,7 +159,7 @@ def test_the_checker_sees_a_lazy_cycle(tmp_path):
     assert cycles(graph) == [["a", "b", "c"]]
 
 
-LAYERS = ("core", "store", "actors", "service", "http", "main")
+LAYERS = ("core", "store", "actors", "service", "wiring", "http", "main")
 
 
 def layer_of(module: str) -> str:
