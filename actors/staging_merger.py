@@ -43,11 +43,16 @@ class Batch(Protocol):
     late_pairs: dict[tuple[str, str], int]
 
 
+# One merge batch of at most this many rows (the service's queen.merge_staged call).
+Merge = Callable[[int], Awaitable[Batch]]
+# The staged rows and partitions left (a count read between batches).
+Staged = Callable[[], Awaitable[tuple[int, int]]]
+
+
 class StagingMerger(PeriodicActor):
     loop_name = "staging-merger"
 
-    def __init__(self, merge: Callable[[int], Awaitable[Batch]],
-                 staged: Callable[[], Awaitable[tuple[int, int]]], *, batch: int,
+    def __init__(self, merge: Merge, staged: Staged, *, batch: int,
                  busy_s: float = 0.02, idle_s: float = 0.5) -> None:
         super().__init__()
         self._merge = merge
