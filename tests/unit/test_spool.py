@@ -44,9 +44,8 @@ class Unreachable(ConnectionError):
 
 
 class Rejected(ValueError):
-    def __init__(self, message: str, rejected: dict[int, str] | None = None):
-        super().__init__(message)
-        self.rejected = rejected or {}
+    """What a refused direct push (the quarantine's replay) raises; an upload raises the
+    spool's own RejectedEvents instead, naming the refused events."""
 
 
 class FakeDB:
@@ -85,7 +84,7 @@ class FakeDB:
                                        lambda _message, bad: RejectedEvents(bad))
 
     async def _transaction(self, events: list[dict], indexes: list[int], ledger,
-                           refused=Rejected) -> bool:
+                           refused=lambda message, _bad: Rejected(message)) -> bool:
         self.calls += 1
         self.running += 1
         self.max_running = max(self.max_running, self.running)
