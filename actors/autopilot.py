@@ -3,7 +3,7 @@
 
 Where the state lives, and why here. One :class:`Autopilot` (a plain object, no task of its
 own) belongs to the hot-list's state (actors/hotlist.py, ``HotList.pilot``), so the
-``HotListActor`` task is its only writer. Every signal it works from already reaches that
+``HotList`` task is its only writer. Every signal it works from already reaches that
 actor: the ready partitions of a (queue, group) are its ring; committed pushes arrive as
 ``mark`` (local and the peers' hints: the arrival rate); a wildcard pop's verdicts come back
 through ``check_in`` (what a lease took, and the queue's lease time); a released lease is

@@ -44,7 +44,7 @@ class Hints:
         self._waiters = waiters      # PopWaiterRegistry proxy
         self._cache = cache
         self._flags = flags
-        self._hotlist = hotlist      # HotListActor proxy, or None
+        self._hotlist = hotlist      # HotList proxy, or None
         self.mesh = mesh             # Mesh, or None when no peers / sync disabled
         self._flusher: asyncio.Task | None = None
         self.remote_wakes = WakeGate(self._waiters.wake_many)

@@ -44,8 +44,9 @@ does not need them: after every commit and every released lease it wakes one
 parked pop per cohort and partition anyway (actors/hints.py,
 actors/pop_waiters.py), and a woken pop that finds nothing parks again.
 
-`HotList` holds all the logic; `HotListActor` wraps one so a single asyncio
-task owns the state.
+`HotList` is the actor itself: the broker starts it (``HotList.start(...)``) and
+calls it through its proxy, so one asyncio task owns the state; the unit tests
+also call a plain instance's methods directly, without a task.
 """
 
 from __future__ import annotations
@@ -68,7 +69,6 @@ __all__ = [
     "TOOK",
     "TOOK_AUTOACK",
     "HotList",
-    "HotListActor",
     "SizedTake",
     "Take",
 ]
@@ -158,7 +158,7 @@ class _Ring:
         self.last_take = float("-inf")  # when a pop last took from this ring
 
 
-class HotList:
+class HotList(AsyncioActor):
     """Wildcard-pop candidates of every (queue, group) polled on this broker.
 
     `reseed_ms` (QUEEN_HOTLIST_RESEED_MS) plus a fixed random per-group jitter
@@ -184,6 +184,7 @@ class HotList:
         idle_ring_s: float = 600.0,
         max_remote_ring_entries: int = MAX_REMOTE_RING_ENTRIES,
     ) -> None:
+        super().__init__()
         self.reseed_s = reseed_ms / 1000
         self.jitter_s = jitter_ms / 1000
         self.stranded_after_s = stranded_after_s
@@ -378,6 +379,20 @@ class HotList:
                 readied = True
         return readied
 
+    # --- pop autopilot (its state lives here: actors/autopilot.py) ---------
+
+    def size(self, queue: str, group: str, ask: Ask) -> Decision:
+        """Pop autopilot's sizing of a pop that takes no candidates from a ring
+        (partition route, namespace/task discovery)."""
+        return self.pilot.decide(queue, group, ask, 0)
+
+    def pilot_took(self, queue: str, group: str, partitions: list[str], messages: int,
+                   lease_s: float | None, full: bool) -> None:
+        self.pilot.took(queue, group, partitions, messages, lease_s, full)
+
+    def wait_ms(self, queue: str | None) -> int:
+        return self.pilot.wait_ms(queue)
+
     def ack_released(self, queue: str, group: str, partition: str) -> bool:
         """An ack released the group's lease on (queue, partition).
 
@@ -538,74 +553,3 @@ class HotList:
             item = heapq.heappop(wheel)
             if self._live(ring, item):
                 self._make_ready(ring, item[2], ring.entries[item[2]])
-
-
-class HotListActor(AsyncioActor):
-    """One `HotList` owned by an actor task; same methods, called via `ref.proxy()`."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__()
-        self.hotlist = HotList(**kwargs)
-
-    def mark(self, queue: str, partition: str, remote: bool = False) -> bool:
-        return self.hotlist.mark(queue, partition, remote)
-
-    def mark_many(
-        self, pairs: Iterable[tuple[str, str]], remote: bool = False
-    ) -> list[tuple[str, str]]:
-        return self.hotlist.mark_many(pairs, remote)
-
-    def pending_dirty(self) -> int:
-        return self.hotlist.pending_dirty()
-
-    def drain_dirty(self, max_items: int | None = None) -> list[tuple[str, str]]:
-        return self.hotlist.drain_dirty(max_items)
-
-    def take(self, queue: str, group: str, k: int, now: float | None = None) -> Take:
-        return self.hotlist.take(queue, group, k, now)
-
-    def take_sized(self, queue: str, group: str, ask: Ask, extra: int,
-                   now: float | None = None) -> SizedTake:
-        return self.hotlist.take_sized(queue, group, ask, extra, now)
-
-    def check_in(
-        self,
-        queue: str,
-        group: str,
-        verdicts: Sequence[tuple[str, int, str, Any]],
-        now: float | None = None,
-        took: tuple[list[str], int, float | None, bool] | None = None,
-    ) -> bool:
-        return self.hotlist.check_in(queue, group, verdicts, now, took)
-
-    def size(self, queue: str, group: str, ask: Ask) -> Decision:
-        """Pop autopilot's sizing of a pop that takes no candidates from a ring
-        (partition route, namespace/task discovery)."""
-        return self.hotlist.pilot.decide(queue, group, ask, 0)
-
-    def pilot_took(self, queue: str, group: str, partitions: list[str], messages: int,
-                   lease_s: float | None, full: bool) -> None:
-        self.hotlist.pilot.took(queue, group, partitions, messages, lease_s, full)
-
-    def wait_ms(self, queue: str | None) -> int:
-        return self.hotlist.pilot.wait_ms(queue)
-
-    def ack_released(self, queue: str, group: str, partition: str) -> bool:
-        return self.hotlist.ack_released(queue, group, partition)
-
-    def seed(
-        self, queue: str, group: str, partitions: Iterable[str], now: float | None = None
-    ) -> bool:
-        return self.hotlist.seed(queue, group, partitions, now)
-
-    def seed_aborted(self, queue: str, group: str) -> None:
-        self.hotlist.seed_aborted(queue, group)
-
-    def reconcile(self, at: float | None = None) -> int:
-        return self.hotlist.reconcile(at)
-
-    def forget_queue(self, queue: str) -> None:
-        self.hotlist.forget_queue(queue)
-
-    def stats(self) -> dict[str, int]:
-        return self.hotlist.stats()

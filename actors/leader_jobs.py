@@ -49,7 +49,7 @@ from loguru import logger
 from pykka import ActorDeadError
 
 from actors.metric_minutes import Minute, MinuteBook, leaf_tree
-from actors.runtime import AsyncioActor
+from actors.periodic import PeriodicActor, cancel_and_wait
 from broker.core.telemetry import QUEUE_COUNTERS, telemetry
 from broker.store import jobs
 from broker.store.health import is_outage
@@ -71,7 +71,7 @@ STOP_FLUSH_TIMEOUT_S = 2.0
 """Longest wait for the collector's last flush when it stops."""
 
 
-class PeriodicJob(AsyncioActor):
+class PeriodicJob(PeriodicActor):
     """Runs ``_cycle()`` every ``interval_ms`` through the inbox; counts and logs.
 
     Subclasses implement ``_cycle(**options) -> dict`` (``{"skipped": bool, ...}``;
@@ -84,7 +84,6 @@ class PeriodicJob(AsyncioActor):
         super().__init__()
         self._interval = interval_ms / 1000
         self._first_delay = self._interval if first_delay_s is None else first_delay_s
-        self._task: asyncio.Task | None = None
         self._proxy: Any = None
         self.cycles = 0            # run_once calls (periodic and forced)
         self.ran = 0               # cycles that did the work
@@ -100,21 +99,12 @@ class PeriodicJob(AsyncioActor):
     # -- lifecycle -----------------------------------------------------------
     def on_start(self) -> None:
         self._proxy = self.actor_ref.proxy()
-        self._task = asyncio.get_running_loop().create_task(self._loop(),
-                                                            name=f"job-{self.job_name}")
-
-    async def on_stop(self) -> None:  # type: ignore[override]  # see AsyncioActor.on_stop
-        await self._cancel(self._task)
-
-    @staticmethod
-    async def _cancel(task: asyncio.Task | None) -> None:
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        self.loop_name = f"job-{self.job_name}"
+        super().on_start()
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
-        await asyncio.sleep(self._first_delay)
+        await self._pause(self._first_delay)
         while True:
             started = loop.time()
             try:
@@ -123,7 +113,8 @@ class PeriodicJob(AsyncioActor):
                 return
             except Exception:  # run_once swallows cycle errors; this guards its own bugs
                 logger.opt(exception=True).warning("{}: cycle crashed", self.job_name)
-            await asyncio.sleep(max(0.0, self._interval - (loop.time() - started)))
+            self.passed.fire()
+            await self._pause(max(0.0, self._interval - (loop.time() - started)))
 
     # -- the cycle -----------------------------------------------------------
     async def run_once(self, **options: Any) -> dict:
@@ -416,7 +407,7 @@ class MetricsCollector(PeriodicJob):
                                                                 name="job-metrics-lag")
 
     async def on_stop(self) -> None:  # type: ignore[override]  # see AsyncioActor.on_stop
-        await self._cancel(self._lag_task)
+        await cancel_and_wait(self._lag_task)
         await super().on_stop()
         try:  # the counters since the last flush, best effort
             await asyncio.wait_for(self._cycle(), STOP_FLUSH_TIMEOUT_S)

@@ -3,10 +3,10 @@
 pykka types every proxy attribute as Any. Each class here lists one actor's public
 methods through `proxied`, so a call through ``typed_proxy(View, ref.proxy())`` is
 checked against the actor's own signature, and its result is the AsyncioFuture the proxy
-really returns. broker/http/app.py types the proxies it starts with these views before
-storing them in the broker's context, whose fields are the service layer's ports
-(broker/service/ports.py): that assignment is where mypy checks that each actor offers
-what the services call on it.
+really returns. An actor method is declared once, on the actor: a view names it and takes
+its signature from it (tests/unit/test_proxy_views.py checks that every view entry is the
+actor's own method of that name). The broker's context (broker/service/context.py) types
+its actor fields with these views, so mypy checks each call a service makes on an actor.
 
 Nothing here runs per call: `proxied` returns the method itself, the classes are never
 instantiated.
@@ -14,7 +14,7 @@ instantiated.
 from __future__ import annotations
 
 from actors.batcher import Batcher
-from actors.hotlist import HotListActor
+from actors.hotlist import HotList
 from actors.leader_jobs import PeriodicJob
 from actors.live_series import LiveSeries
 from actors.pop_waiters import PopWaiterRegistry
@@ -47,22 +47,22 @@ class PopWaitersProxy:
 
 
 class HotListProxy:
-    mark = proxied(HotListActor.mark)
-    mark_many = proxied(HotListActor.mark_many)
-    pending_dirty = proxied(HotListActor.pending_dirty)
-    drain_dirty = proxied(HotListActor.drain_dirty)
-    take = proxied(HotListActor.take)
-    take_sized = proxied(HotListActor.take_sized)
-    size = proxied(HotListActor.size)
-    pilot_took = proxied(HotListActor.pilot_took)
-    wait_ms = proxied(HotListActor.wait_ms)
-    check_in = proxied(HotListActor.check_in)
-    ack_released = proxied(HotListActor.ack_released)
-    seed = proxied(HotListActor.seed)
-    seed_aborted = proxied(HotListActor.seed_aborted)
-    reconcile = proxied(HotListActor.reconcile)
-    forget_queue = proxied(HotListActor.forget_queue)
-    stats = proxied(HotListActor.stats)
+    mark = proxied(HotList.mark)
+    mark_many = proxied(HotList.mark_many)
+    pending_dirty = proxied(HotList.pending_dirty)
+    drain_dirty = proxied(HotList.drain_dirty)
+    take = proxied(HotList.take)
+    take_sized = proxied(HotList.take_sized)
+    size = proxied(HotList.size)
+    pilot_took = proxied(HotList.pilot_took)
+    wait_ms = proxied(HotList.wait_ms)
+    check_in = proxied(HotList.check_in)
+    ack_released = proxied(HotList.ack_released)
+    seed = proxied(HotList.seed)
+    seed_aborted = proxied(HotList.seed_aborted)
+    reconcile = proxied(HotList.reconcile)
+    forget_queue = proxied(HotList.forget_queue)
+    stats = proxied(HotList.stats)
 
 
 class SpoolProxy:

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from loguru import logger
 
-from actors.runtime import AsyncioActor
+from actors.periodic import PeriodicActor
 from broker.store.health import is_outage
 
 WARN_EVERY_S = 30.0
@@ -43,9 +43,16 @@ class Batch(Protocol):
     late_pairs: dict[tuple[str, str], int]
 
 
-class StagingMerger(AsyncioActor):
-    def __init__(self, merge: Callable[[int], Awaitable[Batch]],
-                 staged: Callable[[], Awaitable[tuple[int, int]]], *, batch: int,
+# One merge batch of at most this many rows (the service's queen.merge_staged call).
+Merge = Callable[[int], Awaitable[Batch]]
+# The staged rows and partitions left (a count read between batches).
+Staged = Callable[[], Awaitable[tuple[int, int]]]
+
+
+class StagingMerger(PeriodicActor):
+    loop_name = "staging-merger"
+
+    def __init__(self, merge: Merge, staged: Staged, *, batch: int,
                  busy_s: float = 0.02, idle_s: float = 0.5) -> None:
         super().__init__()
         self._merge = merge
@@ -53,8 +60,6 @@ class StagingMerger(AsyncioActor):
         self._batch = max(1, batch)
         self._busy_s = busy_s
         self._idle_s = idle_s
-        self._task: asyncio.Task | None = None
-        self._wake: asyncio.Event | None = None
         self.staged_events = 0
         self.staged_partitions = 0
         self.merged = 0
@@ -71,19 +76,9 @@ class StagingMerger(AsyncioActor):
         self._emptied: float | None = None  # when staging was last seen empty in a drain
         self.last_drain: dict[str, Any] | None = None
 
-    def on_start(self) -> None:
-        self._wake = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="staging-merger")
-
-    async def on_stop(self) -> None:  # type: ignore[override]  # see AsyncioActor.on_stop
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
     def kick(self) -> None:
         """Staged rows were added here: merge now, not at the next idle poll."""
-        if self._wake is not None:
-            self._wake.set()
+        self.wake()
 
     def rate(self) -> float:
         """Rows taken out of staging per second over the last RATE_WINDOW_S (this broker's
@@ -182,7 +177,6 @@ class StagingMerger(AsyncioActor):
         return taken
 
     async def _loop(self) -> None:
-        assert self._wake is not None
         empty = 0  # batches in a row that found nothing eligible
         while True:
             pause = self._idle_s
@@ -194,6 +188,7 @@ class StagingMerger(AsyncioActor):
                     taken = await self._merge_batch()
                     if taken:
                         empty = 0
+                        self.passed.fire()
                         continue  # more may be eligible: count again and go on
                     # Held by a spool, merged elsewhere, or settling: look again soon,
                     # backing off (a held batch scans the staged rows it skips).
@@ -208,10 +203,7 @@ class StagingMerger(AsyncioActor):
                         self._emptied = None
                     else:
                         pause = min(pause, END_AFTER_S)
-            if self._wake.is_set():
+            self.passed.fire()
+            if self._wake.is_set():  # kicked while it worked: no backoff for what comes
                 empty = 0
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), pause)
-            except TimeoutError:
-                pass
+            await self._pause(pause)

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 
 from loguru import logger
 
-from actors.runtime import AsyncioActor
+from actors.periodic import PeriodicActor
 from broker.store.health import is_outage
 
 MIN_SLEEP_S = 0.01
@@ -31,13 +31,13 @@ WARN_EVERY_S = 30.0
 Deliver = Callable[[], Awaitable[tuple[int, float | None]]]
 
 
-class TimerSweeper(AsyncioActor):
+class TimerSweeper(PeriodicActor):
+    loop_name = "timer-sweeper"
+
     def __init__(self, deliver: Deliver, *, batch: int) -> None:
         super().__init__()
         self._deliver = deliver
         self._batch = batch
-        self._task: asyncio.Task | None = None
-        self._wake: asyncio.Event | None = None
         # Loop time of the soonest timer announced by due_in since the last sweep began
         # (reset before each sweep: that sweep's own reading covers what came before).
         self._soonest: float | None = None
@@ -47,22 +47,12 @@ class TimerSweeper(AsyncioActor):
         self.last_error: str | None = None
         self._last_warning = 0.0
 
-    def on_start(self) -> None:
-        self._wake = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="timer-sweeper")
-
-    async def on_stop(self) -> None:  # type: ignore[override]  # see AsyncioActor.on_stop
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
     def due_in(self, seconds: float) -> None:
         """A timer committed here is due in ``seconds``: sweep then if that is sooner."""
         at = asyncio.get_running_loop().time() + max(seconds, 0.0)
         if self._soonest is None or at < self._soonest:
             self._soonest = at
-        if self._wake is not None:
-            self._wake.set()
+        self.wake()
 
     def stats(self) -> dict:
         return {"sweeps": self.sweeps, "delivered": self.delivered, "failures": self.failures,
@@ -86,10 +76,10 @@ class TimerSweeper(AsyncioActor):
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
-        assert self._wake is not None
         while True:
             self._soonest = None
             taken, next_due = await self._sweep()
+            self.passed.fire()
             if taken >= self._batch:
                 continue
             pause = MAX_SLEEP_S if next_due is None else min(max(next_due, MIN_SLEEP_S),
@@ -99,10 +89,5 @@ class TimerSweeper(AsyncioActor):
                 if self._soonest is not None:
                     target = min(target, self._soonest)
                 left = target - loop.time()
-                if left <= 0:
-                    break
-                self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), left)
-                except TimeoutError:
+                if left <= 0 or not await self._pause(left):
                     break

@@ -5,20 +5,18 @@ aged message) comes, a timer tells the actor, which runs what is due (leases red
 dropped, aged messages dropped, parked pops of the groups concerned woken) and arms the next
 one. ``EphemeralQueues.on_deadline`` brings an earlier deadline forward at once.
 
-The data path (push, pop, ack) calls the keeper's ``EphemeralQueues`` directly from the HTTP
-handlers: each of its methods is synchronous, so a call is atomic on the loop and the
-actor's own work never interleaves with it. The same operations are the actor's messages too
-(``proxy().push(...)``), which is how the unit tests drive it.
+The data path (push, pop, ack, configure...) calls the keeper's ``EphemeralQueues``
+directly from the HTTP handlers: each of its methods is synchronous, so a call is atomic on
+the loop and the actor's own work never interleaves with it. The actor's one message is
+``sweep``, what its timer sends; the unit tests call the queues as the data path does and
+send ``sweep`` after moving their fake clock.
 """
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
 from typing import Any
 
-from actors.ephemeral.options import QueueOptions
-from actors.ephemeral.queues import EphemeralQueues, PushVerdict, QueueFigures
-from actors.ephemeral.rings import Delivery
+from actors.ephemeral.queues import EphemeralQueues
 from actors.runtime import AsyncioActor
 
 _SWEEP = "sweep"
@@ -70,35 +68,3 @@ class EphemeralKeeper(AsyncioActor):
         ran = self.queues.sweep()
         self._arm_next()
         return ran
-
-    def configure(self, queue: str, options: QueueOptions) -> QueueOptions:
-        return self.queues.configure(queue, options)
-
-    def load(self, declared: Iterable[tuple[str, QueueOptions]]) -> int:
-        return self.queues.load(declared)
-
-    def push(self, queue: str, partition: str, items: Sequence[tuple[str, int]]) -> PushVerdict:
-        return self.queues.push(queue, partition, items)
-
-    def take(self, queue: str, group: str, partition: str | None, batch: int,
-             auto_ack: bool = False) -> list[Delivery]:
-        return self.queues.take(queue, group, partition, batch, auto_ack)
-
-    def available(self, queue: str, group: str, partition: str | None = None) -> int:
-        return self.queues.available(queue, group, partition)
-
-    def ack(self, queue: str, group: str,
-            acks: Sequence[tuple[str, str]]) -> list[tuple[str, bool]]:
-        return self.queues.ack(queue, group, acks)
-
-    def reset(self, queue: str) -> int:
-        return self.queues.reset(queue)
-
-    def delete(self, queue: str) -> bool:
-        return self.queues.delete(queue)
-
-    def depth(self, queue: str) -> QueueFigures | None:
-        return self.queues.depth(queue)
-
-    def figures(self) -> dict[str, Any]:
-        return self.queues.figures()

@@ -26,9 +26,11 @@ The parts, each one job, lowest first:
     health.py      DrainHealth: is PostgreSQL taking uploads; transient failures, cooldown
     order.py       Registration: this spool's rows in queen.spool_backlog (cluster order)
     quarantine.py  entries PostgreSQL refused: on disk, and the operator's messages
-    upload.py      Uploader: one finished file into staging (set aside, retry, delete)
-    stats.py       the figures /health and /metrics report; the "drained" line
-    actor.py       Spool: the actor composing them, and the drain loop
+    upload.py      Uploader: one finished file into staging (set aside, retry, delete);
+                   RejectedEvents, what the upload raises for events PostgreSQL refuses;
+                   the "drained" line
+    actor.py       Spool: the actor composing them, the drain loop, and the figures
+                   /health and /metrics report
     lock.py        one directory, one broker (an flock taken by broker/__main__.py)
 
 A file is only deleted after its upload committed (PostgreSQL records the file
@@ -55,7 +57,9 @@ from actors.spool.records import (
     spool_file_key,
     tally_records,
 )
+from actors.spool.upload import RejectedEvents
 
-__all__ = ["FileState", "Spool", "SpoolBacklog", "SpoolError", "SpoolFile", "SpoolFull",
+__all__ = ["FileState", "RejectedEvents", "Spool", "SpoolBacklog", "SpoolError", "SpoolFile",
+           "SpoolFull",
            "accepted_at", "encode_records", "event_pair", "file_accept_us", "read_records",
            "spool_file_key", "tally_records"]

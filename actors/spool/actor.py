@@ -23,12 +23,11 @@ from loguru import logger
 
 from actors.runtime import AsyncioActor
 from actors.spool.backlog import SpoolBacklog
-from actors.spool.files import SpoolFiles, fsync_dir, list_buf_files
+from actors.spool.files import SpoolFiles, dir_usage, fsync_dir, list_buf_files
 from actors.spool.health import DrainHealth
 from actors.spool.order import Register, Registration
 from actors.spool.quarantine import QuarantineDesk
 from actors.spool.records import file_accept_us
-from actors.spool.stats import dir_usage, figures
 from actors.spool.upload import Upload, Uploader
 from actors.spool.writer import Recovered, SpoolWriter
 
@@ -141,16 +140,12 @@ class Spool(AsyncioActor):
 
     # -- writing -------------------------------------------------------------------
 
-    async def append(self, events: list[dict],
-                     registered: bool = False) -> asyncio.Future[None]:
+    async def append(self, events: list[dict]) -> asyncio.Future[None]:
         """Write every event of one push, or none of them (raises SpoolError,
         SpoolFull when the cap would be passed), and answer a future that is done
         when the push may be acknowledged: ``await (await spool.append(events))``.
         The actor takes the next push while this one's sync runs, so pushes share
-        syncs; see SpoolWriter.append. ``registered``: PostgreSQL already lists this
-        broker as holding these partitions (a held push)."""
-        if registered:
-            self.registration.held_push()  # even if the write fails: PostgreSQL lists us now
+        syncs; see SpoolWriter.append."""
         if not events:
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             done.set_result(None)
@@ -261,10 +256,40 @@ class Spool(AsyncioActor):
         """Push one quarantined event now; see QuarantineDesk.replay."""
         return await self.quarantine.replay(ident, overrides)
 
-    # -- stats -------------------------------------------------------------------------
+    # -- figures -----------------------------------------------------------------------
 
     async def stats(self) -> dict[str, Any]:
-        return figures(self, await asyncio.to_thread(dir_usage, self.failed_dir))
+        """The spool's figures: ``GET /health`` → ``spool`` (with ``staging`` added by
+        broker/service/drain.py) and the Prometheus ``queen_file_buffer_*`` families."""
+        count, total = await asyncio.to_thread(dir_usage, self.failed_dir)
+        files, writer, uploader = self.files, self.writer, self.uploader
+        return {
+            "pendingCount": max(0, files.pending),
+            "pendingFiles": files.pending_files(),
+            "pendingBytes": files.bytes,
+            "maxBytes": writer.max_bytes,
+            "rejectedFull": writer.rejected_full,
+            "failedCount": writer.failed,
+            "failedFiles": {"count": count, "totalBytes": total,
+                            "totalMB": round(total / (1024 * 1024), 2)},
+            "dbHealthy": self.health.db_healthy,
+            "paused": self.paused,
+            "healthy": writer.healthy,
+            "backlogPartitions": self.backlog.partitions(),
+            "replayedEvents": uploader.replayed_events,
+            "quarantinedFiles": uploader.quarantined_files,
+            "quarantinedEvents": self.quarantine.count,
+            "registeredPartitions": len(self.registration.registered),
+            # Durability (FILE_BUFFER_FSYNC): syncs served and failed, acknowledged events a
+            # failed sync left exposed (interval mode only), and what the start found damaged.
+            "fsync": writer.policy,
+            "syncs": writer.syncs,
+            "syncFailures": writer.sync_failures,
+            "unsafeAcknowledged": writer.unsafe_acknowledged,
+            "tornBytesCut": writer.recovered.torn_bytes,
+            "damagedRecords": writer.recovered.damaged + uploader.damaged_records,
+            "spoolId": self.spool_id,
+        }
 
 
 def _read_spool_id(directory: Path, owner: str) -> tuple[str, bool]:

@@ -221,6 +221,20 @@ def list_buf_files(directory: Path) -> list[Path]:
     return [p for p in list_files(directory) if p.suffix == ".buf"]
 
 
+def dir_usage(directory: Path) -> tuple[int, int]:
+    """(files, bytes) of a directory (blocking)."""
+    count = total = 0
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                if entry.is_file():
+                    count += 1
+                    total += entry.stat().st_size
+    except OSError:
+        pass
+    return count, total
+
+
 def fsync_dir(directory: Path) -> None:
     """Make the directory's entries (files created, renamed, removed) durable."""
     fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))

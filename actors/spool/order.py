@@ -37,14 +37,10 @@ class Registration:
         self._files = files
         self._health = health
         self.registered: dict[Pair, int] = {}  # what PostgreSQL lists for us
-        # PostgreSQL may list more than we think: a held push, or rows a crash left behind
+        # PostgreSQL may list more than we think: rows a crash left behind
         self.dirty = register is not None
         self.ok = False  # the last registration reached PostgreSQL
         self._next_sync = 0.0  # loop time of the next sync while draining
-
-    def held_push(self) -> None:
-        """PostgreSQL registered a push for this spool itself (it was held)."""
-        self.dirty = True
 
     def uploaded(self, oldest: dict[Pair, int]) -> None:
         """An upload committed ``oldest`` as this spool's rows; the floors it
@@ -63,10 +59,10 @@ class Registration:
             return True
         now = asyncio.get_running_loop().time()
         if self.ok and not self.dirty and not paused and now < self._next_sync:
-            # While PostgreSQL takes writes and the drain runs, new partitions
-            # enter this spool only as held pushes, which PostgreSQL registered
-            # itself, and uploads move our rows on: a sync (and beat) every
-            # REGISTRATION_SYNC_S is enough, not one per 10 ms retry.
+            # While PostgreSQL takes writes and the drain runs, a push enters this
+            # spool only behind its own backlog (a partition it already holds: the
+            # push service's rule), and uploads move our rows on: a sync (and beat)
+            # every REGISTRATION_SYNC_S is enough, not one per 10 ms retry.
             return True
         self._next_sync = now + REGISTRATION_SYNC_S
         want = self._files.oldest_map()

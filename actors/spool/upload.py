@@ -5,8 +5,8 @@ table, then delete it (docs/behaviour.md §5.5, docs/spool-drain.md).
 the file is retried), sets aside events that could never be stored (without a
 round trip) and unparseable records, then calls ``upload`` (the service's one
 transaction: ledger row, COPY, counters, this spool's registration). When
-PostgreSQL refuses events it names them (``exc.rejected``): they are set aside
-and the rest is uploaded. A file is deleted only after its upload committed
+PostgreSQL refuses events, ``upload`` names them by raising :class:`RejectedEvents`:
+they are set aside and the rest is uploaded. A file is deleted only after its upload committed
 with each of its events uploaded or in the quarantine; PostgreSQL's ledger
 makes a repeated upload (a crash before the delete) a no-op.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -30,14 +31,57 @@ from actors.spool.health import DrainHealth
 from actors.spool.order import Registration
 from actors.spool.quarantine import QuarantineDesk
 from actors.spool.records import Pair, file_accept_us, read_records
-from actors.spool.stats import DrainedLine
 from broker.core.validate import event_problem
 
-__all__ = ["Upload", "Uploader"]
+__all__ = ["DrainedLine", "RejectedEvents", "Upload", "Uploader"]
 
 # (file name, its events, the indexes to upload, this spool's rows after it) -> False when
-# PostgreSQL's ledger lists the file already (uploaded before: nothing staged twice)
+# PostgreSQL's ledger lists the file already (uploaded before: nothing staged twice).
+# Raises RejectedEvents for events that can never be staged.
 Upload = Callable[[str, list[dict], list[int], dict[Pair, int]], Awaitable[bool]]
+
+
+class RejectedEvents(Exception):
+    """Raised by ``upload``: events of a spool file PostgreSQL refuses for good
+    (``{index: reason}``); nothing of the file was uploaded. The uploader sets them aside
+    and uploads the rest."""
+
+    def __init__(self, rejected: dict[int, str]):
+        super().__init__(f"{len(rejected)} event(s) rejected")
+        self.rejected = rejected
+
+
+class DrainedLine:
+    """Once the spool is empty again: one line saying what became of what it held, and how
+    long after the first of it was spooled.
+
+    That time is the oldest pending event's accept time (``acceptedAt``, the wall clock in
+    µs, or its file's name for older records), read from the spool itself, so it holds
+    across a restart: a backlog spooled before the broker stopped and drained after the next
+    start is timed from when it was spooled, not from when this process first saw it."""
+
+    def __init__(self) -> None:
+        # (first accept time in µs, uploaded events, quarantined events) as the spool last
+        # became non-empty
+        self._started: tuple[int, int, int] | None = None
+
+    def maybe_started(self, pending: int, uploaded: int, quarantined: int,
+                      oldest_us: Callable[[], int | None]) -> None:
+        """``oldest_us``: the accept time of the oldest event still pending (None when the
+        spool cannot tell), asked only when a backlog starts."""
+        if pending > 0 and self._started is None:
+            first = oldest_us()
+            self._started = (first if first else time.time_ns() // 1000, uploaded, quarantined)
+
+    def maybe_done(self, pending: int, uploaded: int, quarantined: int) -> None:
+        if pending > 0 or self._started is None:
+            return
+        since_us, uploaded_then, quarantined_then = self._started
+        self._started = None
+        took = max(0.0, (time.time_ns() // 1000 - since_us) / 1e6)
+        logger.info("spool: drained: {} event(s) stored, {} quarantined, {:.1f} s after the "
+                    "first was spooled", uploaded - uploaded_then,
+                    max(0, quarantined - quarantined_then), took)
 
 
 class Uploader:
@@ -108,13 +152,15 @@ class Uploader:
                 uploaded = await self._upload(name, events, todo, oldest)
             except asyncio.CancelledError:
                 raise
+            except RejectedEvents as exc:
+                if not exc.rejected:
+                    logger.error("spool: upload of {} failed: {}", name, _describe(exc))
+                    return "permanent", 0
+                for k, reason in sorted(exc.rejected.items()):
+                    if not await self._set_aside(file, events, k, "rejected", reason):
+                        return "permanent", 0
+                continue  # the rest of the file
             except Exception as exc:
-                rejected = getattr(exc, "rejected", None)
-                if isinstance(rejected, dict) and rejected:
-                    for k, reason in sorted(rejected.items()):
-                        if not await self._set_aside(file, events, k, "rejected", reason):
-                            return "permanent", 0
-                    continue  # the rest of the file
                 if self._transient(exc):
                     file.unreadable = 0
                     self.health.upload_failed(name, exc)

@@ -1,39 +1,17 @@
-"""The Sanic application: starts the store and the actors before serving and
-stops them after; maps errors to Queen's ``{"error": ...}`` envelope."""
+"""The Sanic application: its routes, the subsystems started before serving and stopped
+after (each wired by broker/wiring.py), the request hooks, and errors mapped to Queen's
+``{"error": ...}`` envelope."""
 from __future__ import annotations
 
 import asyncio
 import time
 
-import httpx
 from loguru import logger
 from sanic import Blueprint, Request, Sanic
 from sanic.exceptions import BadURL, MethodNotAllowed, NotFound, SanicException
 from sanic.response import HTTPResponse
 
-from actors.batcher import Batcher
-from actors.ephemeral import EphemeralKeeper, EphemeralQueues
-from actors.hints import Hints
-from actors.hotlist import HotListActor
-from actors.leader_jobs import start_jobs
-from actors.live_series import LiveSeries
-from actors.mesh import Mesh, MeshTLS
-from actors.pop_waiters import PopWaiterRegistry
-from actors.proxies import (
-    BatcherProxy,
-    HotListProxy,
-    JobProxy,
-    LiveSeriesProxy,
-    PopWaitersProxy,
-    SpoolProxy,
-    StagingMergerProxy,
-    TimerSweeperProxy,
-)
-from actors.reconciler import CacheReconciler, MaintenanceFlags, QueueConfigCache
-from actors.runtime import stop_all, typed_proxy
-from actors.spool import Spool
-from actors.staging_merger import StagingMerger
-from actors.timer_sweeper import TimerSweeper
+from broker import wiring
 from broker.core.config import Settings
 from broker.core.crypto import PayloadCipher
 from broker.core.errors import BadRequest
@@ -63,18 +41,7 @@ from broker.http.routes import (
     system,
     timers,
 )
-from broker.http.types import BrokerApp
-from broker.service import drain as drain_service
-from broker.service import ephemeral as ephemeral_service
-from broker.service import push as push_service
-from broker.service import timers as timers_service
-from broker.service.context import BrokerContext
-from broker.service.ephemeral_ownership import watch_members
-from broker.service.gauges import gauges
-from broker.service.migration import Migration
-from broker.store import browse as browse_store
-from broker.store.connect import unverified_tls
-from broker.store.db import Store
+from broker.http.types import BrokerApp, HttpContext
 from broker.store.errors import (
     PartitionHeld,
     StoreBusy,
@@ -82,9 +49,7 @@ from broker.store.errors import (
     StoreError,
     StoreInvalidValue,
     StoreUnavailable,
-    fails_every_request,
 )
-from broker.store.streams import read_state
 
 
 class QueenRequest(Request):
@@ -137,12 +102,23 @@ def access_line(request: Request, response: HTTPResponse, started: float | None)
 
 
 def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
-    ctx = BrokerContext(
+    """The broker's Sanic app: its limits, its routes, its subsystems (started before it
+    serves, stopped after), the request hooks and the error answers."""
+    ctx = HttpContext(
         settings=settings,
         cipher=PayloadCipher(settings.encryption_key) if settings.encryption_key else None,
         auth=Authenticator(settings), telemetry=telemetry)
     app: BrokerApp = Sanic(name, env_prefix=None, request_class=QueenRequest, ctx=ctx)
-    throttle = Throttle(60.0)  # busy / conflict lines: at most one a minute per route
+    set_limits(app, settings)
+    register_routes(app)
+    run_subsystems(app, dsn)
+    hook_requests(app, settings)
+    answer_errors(app, settings)
+    return app
+
+
+def set_limits(app: BrokerApp, settings: Settings) -> None:
+    """Sanic's limits: the body size, and no response timeout a long poll could hit."""
     app.config.REQUEST_MAX_SIZE = settings.max_body_bytes
     app.config.REQUEST_TIMEOUT = 60
     # Long polls hold a response for up to `timeout` ms; never cut them short.
@@ -151,6 +127,9 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
     app.config.NOISY_EXCEPTIONS = False
     app.config.ACCESS_LOG = False
 
+
+def register_routes(app: BrokerApp) -> None:
+    """Every route group; HEAD answered like GET except on the pop routes."""
     for blueprint in (push.bp, pop.bp, ack.bp, admin.bp, system.bp, quarantine.bp, spools.bp,
                       docs.bp, streams.bp, reads.bp, kv.bp, locks.bp, timers.bp, migration.bp,
                       ephemeral.bp, dashboard.bp, identity.bp, supervision.bp, *ops.blueprints):
@@ -158,146 +137,34 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
             answer_head_like_get(blueprint)
         app.blueprint(blueprint)
 
+
+def run_subsystems(app: BrokerApp, dsn: str) -> None:
+    """Start the subsystems (broker/wiring.py) before serving, end the long polls before
+    Sanic's graceful stop, stop the subsystems after."""
+    settings = app.ctx.settings
     background: list[asyncio.Task[None]] = []  # tasks the app itself runs, stopped with it
 
     @app.before_server_start
     async def start(app: BrokerApp) -> None:
-        app.ctx.forward_client = httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
-        store = await Store.connect(
-            dsn, pool_size=settings.db_pool_size,
-            connect_timeout_ms=settings.db_connection_timeout,
-            statement_timeout_ms=settings.db_statement_timeout,
-            lock_timeout_ms=settings.db_lock_timeout,
-            idle_timeout_ms=settings.db_idle_timeout,
-            application_name=f"queen-broker:{settings.queen_server_id}",
-            tls=unverified_tls() if settings.pg_tls_unverified else None)
-        store.order_wait_ms = settings.file_buffer_order_wait_ms
-        store.settle_ms = settings.settle_ms
-        app.ctx.store = store
-        app.ctx.migration = Migration(dsn)
-        # Refs for long_poll, proxies (built once: pykka introspects on each
-        # proxy() call) for everything else. Each proxy is typed with its actor's view
-        # (actors/proxies.py): storing it in a context field typed with a port
-        # (broker/service/ports.py) is where mypy checks the actor against the port.
-        app.ctx.waiters = PopWaiterRegistry.start()
-        app.ctx.waiters_proxy = typed_proxy(PopWaitersProxy, app.ctx.waiters.proxy())
-        cache = QueueConfigCache(store.load_encryption_flags)
-        flags = MaintenanceFlags()
-        try:  # seed both flags from the database (unreachable: off)
-            state = await store.read_system_flags()
-            flags.push = state.get("maintenance_mode", False)
-            flags.pop = state.get("pop_maintenance_mode", False)
-        except (StoreUnavailable, StoreError) as exc:
-            logger.warning("could not read maintenance flags at boot ({}); assuming off", exc)
-        app.ctx.queue_cache, app.ctx.flags = cache, flags
-        app.ctx.reconciler = CacheReconciler.start(
-            cache, flags, store.read_system_flags, settings.queen_cache_refresh_interval_ms)
-        app.ctx.hotlist = None
-        if settings.queen_hotlist:
-            app.ctx.hotlist = typed_proxy(HotListProxy, HotListActor.start(
-                reseed_ms=settings.queen_hotlist_reseed_ms,
-                track_dirty=settings.mesh_active).proxy())
-            # After an outage the rings are set right at once (HotList.reconcile).
-            store.health.on_back.append(app.ctx.hotlist.reconcile)
-        hints = Hints(waiters=app.ctx.waiters_proxy, cache=cache, flags=flags,
-                      hotlist=app.ctx.hotlist)
-        app.ctx.hints = hints
-        app.ctx.mesh = None
-        if settings.mesh_active:
-            # all three QUEEN_MESH_TLS_* or none (checked at load)
-            cert, key, ca = (settings.queen_mesh_tls_cert, settings.queen_mesh_tls_key,
-                             settings.queen_mesh_tls_ca)
-            tls = (MeshTLS(cert, key, ca)
-                   if cert is not None and key is not None and ca is not None else None)
-            mesh = Mesh(server_id=settings.queen_server_id, port=settings.queen_mesh_port,
-                        peers=settings.queen_mesh_peers, secret=settings.queen_sync_secret,
-                        heartbeat_ms=settings.queen_sync_heartbeat_ms,
-                        dead_threshold_ms=settings.queen_sync_dead_threshold_ms,
-                        on_frame=hints.on_frame, bind_host=settings.queen_mesh_host,
-                        max_skew_ms=settings.queen_mesh_max_skew_ms,
-                        max_frame_bytes=settings.queen_mesh_max_frame_bytes,
-                        max_connections=settings.queen_mesh_max_connections, tls=tls,
-                        advertise_url=settings.queen_advertise_url)
-            await mesh.start()  # a bind failure is logged; the local waker still works
-            app.ctx.mesh = hints.mesh = mesh
-            if app.ctx.auth.enabled and not settings.queen_sync_secret:
-                logger.warning("ephemeral queues: JWT auth is on and the mesh has no "
-                               "QUEEN_SYNC_SECRET, so requests are not forwarded to a queue's "
-                               "owner (callers' tokens would go to unauthenticated peers): "
-                               "each broker keeps its own rings")
-            hints.start_dirty_flusher()
-        elif settings.queen_sync_enabled:
-            logger.info("mesh sync enabled but no peers configured: local waker only")
-        # The spool: recover what a previous run left before serving (docs/behaviour.md §5.5).
-        merger = typed_proxy(StagingMergerProxy, StagingMerger.start(
-            lambda limit: drain_service.merge_once(app.ctx, limit),
-            lambda: drain_service.staged_count(app.ctx),
-            batch=settings.file_buffer_max_batch).proxy())
-        app.ctx.merger = merger
-        spool = typed_proxy(SpoolProxy, Spool.start(
-            settings.file_buffer_dir,
-            upload=lambda name, events, indexes, oldest: drain_service.upload_spooled(
-                app.ctx, name, events, indexes, oldest),
-            replay=lambda events: push_service.push_spooled(app.ctx, events),
-            register=store.register_spool,
-            on_uploaded=lambda _n: merger.kick(),
-            events_per_file=settings.file_buffer_events_per_file,
-            flush_ms=settings.file_buffer_flush_ms,
-            max_bytes=settings.file_buffer_max_bytes,
-            sync_interval_ms=settings.file_buffer_fsync,
-            is_transient=lambda exc: fails_every_request(exc) or isinstance(exc, StoreConflict),
-            start_paused=flags.push, owner=settings.queen_server_id).proxy())
-        app.ctx.spool = spool
-        # Rows of queen.spool_backlog name the spool (its files), not the process.
-        store.server_id = await spool.identity()
-
-        def spool_follows_push_maintenance(which: str, enabled: bool) -> None:
-            # Messages to the spool: nobody awaits their futures.
-            if which != "push":
-                return
-            if enabled:
-                spool.pause()
-            else:
-                spool.resume()
-
-        flags.listeners.append(spool_follows_push_maintenance)
-        app.ctx.spool_backlog = await spool.backlog_ref()
-        replayed = await spool.recover()
-        if replayed:  # DEBUG: the spool's "drained" line tells it, timed from the first
-            logger.debug("spool: replayed {} event(s) left by a previous run", replayed)
-        app.ctx.push_batcher = typed_proxy(BatcherProxy, Batcher.start(
-            store.push, max_items=settings.push_max_batch_items,
-            max_concurrent=settings.push_max_concurrent, name="push",
-            retry_alone=lambda exc: not fails_every_request(exc)).proxy())
-        app.ctx.ack_batcher = typed_proxy(BatcherProxy, Batcher.start(
-            store.ack, max_items=settings.ack_max_batch_items,
-            max_concurrent=settings.ack_max_concurrent, name="ack",
-            retry_alone=lambda exc: not fails_every_request(exc)).proxy())
-        app.ctx.streams_state_batcher = typed_proxy(BatcherProxy, Batcher.start(
-            lambda reads: read_state(store, reads), max_items=settings.ack_max_batch_items,
-            max_concurrent=settings.ack_max_concurrent, name="streams_state",
-            retry_alone=lambda exc: not fails_every_request(exc)).proxy())
-        app.ctx.timer_sweeper = typed_proxy(TimerSweeperProxy, TimerSweeper.start(
-            lambda: timers_service.deliver_due(app.ctx),
-            batch=timers_service.SWEEP_BATCH).proxy())
-        app.ctx.live = typed_proxy(LiveSeriesProxy, LiveSeries.start(
-            telemetry.throughput_totals, lambda: browse_store.depths(store),
-            depth_interval_s=settings.dashboard_depth_interval_ms / 1000).proxy())
-        # Ephemeral queues: RAM owned by one actor; their declarations read from PostgreSQL.
-        app.ctx.ephemeral = EphemeralQueues(settings.ephemeral_max_bytes)
-        EphemeralKeeper.start(app.ctx.ephemeral)
-        try:
-            await ephemeral_service.load_declared(app.ctx)
-        except (StoreUnavailable, StoreError) as exc:
-            logger.warning("ephemeral queues: declarations not read at start ({}); declared "
-                           "queues get the defaults until configured again", exc)
-        # With peers, each ephemeral queue has one owner among the brokers alive.
-        background.append(asyncio.get_running_loop().create_task(
-            watch_members(app.ctx), name="ephemeral-members"))
-        jobs = await start_jobs(store=store, settings=settings, telemetry=telemetry,
-                                gauges=lambda: gauges(app.ctx))
-        app.ctx.jobs = {name: typed_proxy(JobProxy, job) for name, job in jobs.items()}
+        # The subsystems in start order (broker/wiring.py), before any request is served.
+        ctx = app.ctx
+        wiring.start_forwarding(ctx)
+        await wiring.connect_store(ctx, dsn)
+        wiring.start_pop_waiters(ctx)
+        await wiring.start_flags(ctx)
+        wiring.start_hotlist(ctx)
+        await wiring.start_hints_and_mesh(ctx)
+        if ctx.mesh is not None and ctx.auth.enabled and not settings.queen_sync_secret:
+            logger.warning("ephemeral queues: JWT auth is on and the mesh has no "
+                           "QUEEN_SYNC_SECRET, so requests are not forwarded to a queue's "
+                           "owner (callers' tokens would go to unauthenticated peers): "
+                           "each broker keeps its own rings")
+        await wiring.start_spool(ctx)
+        wiring.start_batchers(ctx)
+        wiring.start_timer_sweeper(ctx)
+        wiring.start_live_series(ctx)
+        background.append(await wiring.start_ephemeral(ctx))
+        await wiring.start_jobs(ctx)
         logger.info("broker {} serving on http://{}:{}", settings.queen_server_id,
                     settings.host, settings.port)
 
@@ -312,15 +179,12 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
 
     @app.after_server_stop
     async def stop(app: BrokerApp) -> None:
-        await app.ctx.hints.stop()
-        if app.ctx.mesh is not None:
-            await app.ctx.mesh.stop()
-        await app.ctx.forward_client.aclose()
-        for task in background:
-            task.cancel()
-        await asyncio.gather(*background, return_exceptions=True)
-        await stop_all()
-        await app.ctx.store.close()
+        await wiring.stop(app.ctx, background)
+
+
+def hook_requests(app: BrokerApp, settings: Settings) -> None:
+    """Every request: timed, its ignored body read, authorized; every answer: compressed,
+    CORS headers, counted, access line."""
 
     @app.on_request
     async def authenticate(request: Request):
@@ -344,6 +208,11 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
         if settings.access_log:
             access_line(request, response, started)
 
+
+def answer_errors(app: BrokerApp, settings: Settings) -> None:
+    """Errors as Queen's ``{"error": ...}`` answers: 400 for a caller's mistake, 503 (with
+    Retry-After) for an unavailable or busy database, 500 for a bug."""
+    throttle = Throttle(60.0)  # busy / conflict lines: at most one a minute per route
 
     @app.exception(BadRequest)
     async def bad_request(_request: Request, exc: BadRequest):
@@ -408,5 +277,3 @@ def create_app(settings: Settings, dsn: str, name: str = "queen") -> BrokerApp:
     async def internal(request: Request, exc: Exception):
         logger.opt(exception=exc).error("{} {} failed", request.method, request.path)
         return error(f"Internal error: {exc.__class__.__name__}", 500)
-
-    return app

@@ -5,14 +5,14 @@ answer from what it returns; operator routes included, broker/http imports nothi
 ``broker.store`` or ``actors`` (tests/unit/test_http_through_services.py), only the
 composition root does. The store's errors reach HTTP as they leave the service (the
 app's error handlers answer them); the types the wire needs (KvOp, TimerOp, StateOp...)
-are re-exported by the service that takes them. These functions know the store, the actors (through the
-ports of ``ports.py``) and each other, never Sanic: a push, a pop with the hot-list's claim
+are re-exported by the service that takes them. These functions know the store, the actors
+(through the typed proxies of ``actors/proxies.py``) and each other, never Sanic: a push, a
+pop with the hot-list's claim
 protocol and its long poll, an ack, a transaction, the spool's upload and the staging
 merge, and the wakes after a commit or a released lease all live here, and each is
 testable without HTTP.
 
     context.py    BrokerContext: the typed application context (app.ctx)
-    ports.py      what the services call on each actor, as Protocols
     push.py       push: fold + commit, or spool; staged items; wakes after commit
     pop.py        pop: hot-list candidates, the claim, verdicts back
     long_poll.py  a pop that waits: attempt, park, wake or timer, deadline

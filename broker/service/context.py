@@ -1,13 +1,14 @@
-"""The application context, typed: Sanic's ``app.ctx`` is an instance of this.
+"""The application context, typed: Sanic's ``app.ctx`` is an instance of this (of its
+HTTP subclass, broker.http.types.HttpContext).
 
-Fields set when the app is built are filled at once; the rest while the
-server starts (``broker.http.app``'s ``before_server_start``), before any request
-is served, so handlers and services may rely on every field being set.
+Fields set when the app is built are filled at once; the rest while the server starts
+(broker/wiring.py, called by ``broker.http.app``'s ``before_server_start``), before any
+request is served, so handlers and services may rely on every field being set.
 
-The actors are reached through their proxies, typed with the ports of
-:mod:`broker.service.ports` (what is called on each); ``broker.http.app`` fills
-these fields with proxies typed by the views of :mod:`actors.proxies`, which is
-where mypy checks each actor against its port.
+The actors are reached through their proxies, typed with the views of
+:mod:`actors.proxies`: each view is made of the actor's own methods, so what a service
+calls on an actor is checked against the actor's one declaration of it. What only the
+HTTP layer uses (the authenticator) is on its subclass, broker.http.types.HttpContext.
 """
 from __future__ import annotations
 
@@ -22,23 +23,22 @@ if TYPE_CHECKING:
     from actors.hints import Hints
     from actors.mesh import Mesh
     from actors.pop_waiters import PopWaiterRegistry
+    from actors.proxies import (
+        BatcherProxy,
+        HotListProxy,
+        JobProxy,
+        LiveSeriesProxy,
+        PopWaitersProxy,
+        SpoolProxy,
+        StagingMergerProxy,
+        TimerSweeperProxy,
+    )
     from actors.reconciler import CacheReconciler, MaintenanceFlags, QueueConfigCache
     from actors.spool import SpoolBacklog
     from broker.core.config import Settings
     from broker.core.crypto import PayloadCipher
     from broker.core.telemetry import Telemetry
-    from broker.http.auth import Authenticator
     from broker.service.migration import Migration
-    from broker.service.ports import (
-        BatcherPort,
-        HotListPort,
-        JobPort,
-        LiveSeriesPort,
-        PopWaitersPort,
-        SpoolPort,
-        StagingMergerPort,
-        TimerSweeperPort,
-    )
     from broker.store.db import Store
 
 
@@ -47,34 +47,33 @@ class BrokerContext:
     # set when the app is built
     settings: Settings
     cipher: PayloadCipher | None
-    auth: Authenticator
     telemetry: Telemetry
     # set while the server starts (None until then, typed as set: see the module docstring)
     store: Store = None  # type: ignore[assignment]
     # PopWaiterRegistry: its ref (long_poll parks on it), and its proxy for everything else
     waiters: ActorRef[PopWaiterRegistry] = None  # type: ignore[assignment]
-    waiters_proxy: PopWaitersPort = None  # type: ignore[assignment]
+    waiters_proxy: PopWaitersProxy = None  # type: ignore[assignment]
     queue_cache: QueueConfigCache = None  # type: ignore[assignment]
     flags: MaintenanceFlags = None  # type: ignore[assignment]
     reconciler: ActorRef[CacheReconciler] = None  # type: ignore[assignment]
-    hotlist: HotListPort | None = None  # None with QUEEN_HOTLIST=false
+    hotlist: HotListProxy | None = None  # None with QUEEN_HOTLIST=false
     hints: Hints = None  # type: ignore[assignment]
     mesh: Mesh | None = None  # None without peers
     # passes an ephemeral queue's requests on to its owner (broker/http/forward.py)
     forward_client: httpx.AsyncClient = None  # type: ignore[assignment]
-    spool: SpoolPort = None  # type: ignore[assignment]
+    spool: SpoolProxy = None  # type: ignore[assignment]
     # merges queen.staged into the queues
-    merger: StagingMergerPort = None  # type: ignore[assignment]
+    merger: StagingMergerProxy = None  # type: ignore[assignment]
     spool_backlog: SpoolBacklog = None  # type: ignore[assignment]
     # Batchers folding pushes, acks and /streams/v1/state/get reads
-    push_batcher: BatcherPort = None  # type: ignore[assignment]
-    ack_batcher: BatcherPort = None  # type: ignore[assignment]
-    streams_state_batcher: BatcherPort = None  # type: ignore[assignment]
+    push_batcher: BatcherProxy = None  # type: ignore[assignment]
+    ack_batcher: BatcherProxy = None  # type: ignore[assignment]
+    streams_state_batcher: BatcherProxy = None  # type: ignore[assignment]
     # the leader jobs by name: retention, stats, metrics
-    jobs: dict[str, JobPort] = field(default_factory=dict)
-    timer_sweeper: TimerSweeperPort | None = None  # delivers due timers
+    jobs: dict[str, JobProxy] = field(default_factory=dict)
+    timer_sweeper: TimerSweeperProxy | None = None  # delivers due timers
     migration: Migration = None  # type: ignore[assignment]  # this process's copy state
-    live: LiveSeriesPort = None  # type: ignore[assignment]  # throughput, depth history
+    live: LiveSeriesProxy = None  # type: ignore[assignment]  # throughput, depth history
     # this broker's ephemeral queues, owned by the EphemeralKeeper actor (its methods never
     # await: the data path calls them directly, actors/ephemeral/__init__.py)
     ephemeral: EphemeralQueues = None  # type: ignore[assignment]

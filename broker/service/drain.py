@@ -10,21 +10,11 @@ from typing import Any
 
 import ujson
 
-from actors.spool import accepted_at, spool_file_key
+from actors.spool import RejectedEvents, accepted_at, spool_file_key
 from broker.core.ids import new_uuid7
 from broker.service.context import BrokerContext
 from broker.service.push import wake_after_commit
 from broker.store.errors import StoreBusy, StoreUnavailable
-
-
-class RejectedEvents(Exception):
-    """Events of a spool file PostgreSQL refuses for good (``{index: reason}``);
-    nothing of the file was uploaded. The spool sets them aside and uploads
-    the rest."""
-
-    def __init__(self, rejected: dict[int, str]):
-        super().__init__(f"{len(rejected)} event(s) rejected")
-        self.rejected = rejected
 
 
 def _record(spool_id: str, file_ms: int, file_seq: int, index: int, event: Mapping[str, Any],

@@ -14,13 +14,13 @@ from loguru import logger
 
 from actors.autopilot import START_BATCH, WAIT_MAX_MS, Ask, Decision
 from actors.hotlist import REQUEUE, SizedTake
+from actors.proxies import HotListProxy
 from broker.core.domain import QUEUE_MODE, PopRequest
 from broker.core.ids import new_uuid7
 from broker.core.logs import Throttle, dropped_note
 from broker.core.telemetry import telemetry
 from broker.service.context import BrokerContext
 from broker.service.long_poll import long_poll
-from broker.service.ports import HotListPort
 from broker.store.errors import StoreUnavailable
 
 # A parked pop re-checks every few hundred ms: during an outage, one line a minute per queue.
@@ -356,7 +356,7 @@ async def claim(ctx: BrokerContext, req: PopRequest, lease_id: str,
                              [(name, epoch, REQUEUE, None) for name, epoch in taken])
 
 
-async def _taking(hotlist: HotListPort, queue: str, group: str, future: Any) -> Any:
+async def _taking(hotlist: HotListProxy, queue: str, group: str, future: Any) -> Any:
     """The answer of a hot-list take (``Take`` or ``SizedTake``). A pop cancelled while
     the actor answers would never see the candidates the take made INFLIGHT: they are then
     checked back in when the answer comes (the candidates of its earlier takes are given

@@ -176,13 +176,10 @@ async def _spool(ctx: BrokerContext, items: list[PushItem], rows: list[PushRow] 
 
 
 async def _to_spool(ctx: BrokerContext, items: list[PushItem], rows: list[PushRow] | None,
-                    producer_sub: str | None,
-                    registered: bool = False) -> tuple[Literal["full", "failed"], str] | None:
+                    producer_sub: str | None) -> tuple[Literal["full", "failed"], str] | None:
     """Append one push to the spool; None when it is on disk, else why not.
     When the payloads were already encrypted (the queue's flag was known) the
-    envelope is spooled; otherwise the drain encrypts at replay.
-    ``registered``: PostgreSQL already lists this broker as holding these
-    partitions (a held push)."""
+    envelope is spooled; otherwise the drain encrypts at replay."""
     events = []
     for n, item in enumerate(items):
         row = rows[n] if rows else None
@@ -195,7 +192,7 @@ async def _to_spool(ctx: BrokerContext, items: list[PushItem], rows: list[PushRo
     try:
         # Two steps: the actor writes the records (and takes the next push), then the
         # sync that covers them returns (FILE_BUFFER_FSYNC); only then is it acknowledged.
-        await (await ctx.spool.append(events, registered=registered))
+        await (await ctx.spool.append(events))
     except SpoolFull as exc:
         logger.warning("push: {} ({} item(s) refused)", exc, len(items))
         telemetry.messages["spool_full"] += len(items)

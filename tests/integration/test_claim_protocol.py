@@ -1,5 +1,5 @@
 """The hot-list claim protocol of a wildcard pop (broker/service/pop.py),
-without HTTP: a real Store on the test PostgreSQL, a real HotListActor.
+without HTTP: a real Store on the test PostgreSQL, a real HotList.
 
 Invariant: every candidate a pop takes from the hot-list (it becomes
 INFLIGHT) is checked in with a verdict by the end of the pop. A candidate left
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from actors.hotlist import HotListActor
+from actors.hotlist import HotList
 from broker.core.domain import PushRow
 from broker.core.ids import new_uuid7
 from broker.http.wire.pop import parse_pop
@@ -38,7 +38,7 @@ async def test_a_due_reseed_leaves_no_candidate_inflight(store):
     """The reseed floor is due on every take (reseed_ms 0, and no seed claim
     stands): each take hands out candidates and asks for a seed; the pop
     seeds, takes again, and checks in both batches."""
-    ref = HotListActor.start(reseed_ms=0, jitter_ms=0, seed_claim_s=0)
+    ref = HotList.start(reseed_ms=0, jitter_ms=0, seed_claim_s=0)
     try:
         hotlist = ref.proxy()
         ctx = SimpleNamespace(store=store, hotlist=hotlist)
@@ -63,7 +63,7 @@ async def test_a_failed_seed_gives_the_candidates_back(store):
         async def pending_partitions(self, queue, group):
             raise ConnectionError("database down")
 
-    ref = HotListActor.start(reseed_ms=0, jitter_ms=0, seed_claim_s=0)
+    ref = HotList.start(reseed_ms=0, jitter_ms=0, seed_claim_s=0)
     try:
         hotlist = ref.proxy()
         queue = f"claim-{uuid.uuid4().hex[:8]}"
@@ -94,7 +94,7 @@ class FailingClaim(SimpleNamespace):
 async def test_a_claim_that_raises_gives_its_candidates_back(store, error):
     """Invariant 66: a claim that fails (the database gone, a timeout, any error) leaves no
     candidate INFLIGHT; the next pop finds every partition in the ring."""
-    ref = HotListActor.start(reseed_ms=60_000, jitter_ms=0)
+    ref = HotList.start(reseed_ms=60_000, jitter_ms=0)
     try:
         hotlist = ref.proxy()
         queue = f"claim-{uuid.uuid4().hex[:8]}"
@@ -114,7 +114,7 @@ async def test_a_claim_that_raises_gives_its_candidates_back(store, error):
 async def test_a_cancelled_claim_gives_its_candidates_back(store):
     """Invariant 66: a pop cancelled while its claim runs (its client went away, the broker
     stops) leaves no candidate INFLIGHT."""
-    ref = HotListActor.start(reseed_ms=60_000, jitter_ms=0)
+    ref = HotList.start(reseed_ms=60_000, jitter_ms=0)
     try:
         hotlist = ref.proxy()
         queue = f"claim-{uuid.uuid4().hex[:8]}"

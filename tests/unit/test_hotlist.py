@@ -16,7 +16,6 @@ from actors.hotlist import (
     TOOK,
     TOOK_AUTOACK,
     HotList,
-    HotListActor,
     Take,
 )
 
@@ -490,12 +489,12 @@ def test_forget_queue_drops_queued_dirty_hints(hl):
     assert hl.drain_dirty() == [("other", "b")]
 
 
-# --- the actor wrapper ------------------------------------------------------------
+# --- through the actor's proxy (what the broker runs) -----------------------------
 
 
 @pytest.fixture
 async def actor():
-    ref = HotListActor.start(reseed_ms=30_000, jitter_ms=0)
+    ref = HotList.start(reseed_ms=30_000, jitter_ms=0)
     yield ref
     await ref.stop(block=False)
 

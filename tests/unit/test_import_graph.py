@@ -6,11 +6,12 @@
   reader follows, and the type checker walks it);
 * no route module imports another route module (shared work lives in
   ``broker/service/``);
-* ``actors/`` and ``broker/service/`` never import Sanic;
+* ``actors/``, ``broker/service/`` and ``broker/wiring.py`` never import Sanic;
 * the layers: each module imports only modules of its own layer or of the layers
   below it, in this order, lowest first: ``broker.core`` (and the ``broker`` package itself,
   which holds only the version), ``broker.store``, ``actors``, ``broker.service``,
-  ``broker.http``, and ``broker.__main__`` on top.
+  ``broker.wiring`` (the composition root, one module), ``broker.http``, and
+  ``broker.__main__`` on top.
 """
 from __future__ import annotations
 
@@ -26,18 +27,6 @@ def module_name(path: Path) -> str:
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
-
-
-# Type-only imports (inside ``if TYPE_CHECKING:``) that close a circle or climb a layer, known
-# and being taken out; each edge is left out of the graph, and nothing else is. Delete an
-# entry once its import is gone (test_the_known_type_only_edges_still_exist says when).
-KNOWN_TYPE_ONLY_EDGES = {
-    # The spool's circle: actor.py -> upload.py -> stats.py (DrainedLine) -> actor.py
-    # (stats.figures() reads the Spool it is handed).
-    ("actors.spool.stats", "actors.spool.actor"),
-    # The service layer's context names the HTTP layer's Authenticator (app.ctx.auth).
-    ("broker.service.context", "broker.http.auth"),
-}
 
 
 def imports_of(path: Path, known: set[str], this: str | None = None) -> set[str]:
@@ -84,17 +73,8 @@ def full_graph() -> dict[str, set[str]]:
 
 
 def project_graph() -> dict[str, set[str]]:
-    """The graph the walls are checked on: every edge but KNOWN_TYPE_ONLY_EDGES."""
-    graph = full_graph()
-    for source, target in KNOWN_TYPE_ONLY_EDGES:
-        graph.get(source, set()).discard(target)
-    return graph
-
-
-def test_the_known_type_only_edges_still_exist():
-    """An exception whose import is gone must go too, or it would hide the next one."""
-    graph = full_graph()
-    assert sorted(e for e in KNOWN_TYPE_ONLY_EDGES if e[1] not in graph.get(e[0], set())) == []
+    """The graph the walls are checked on: every edge, type-only ones included."""
+    return full_graph()
 
 
 def test_the_graph_reads_type_checking_imports(tmp_path):
@@ -168,15 +148,16 @@ def test_no_route_imports_another_route():
     assert {m: sorted(graph[m] & routes) for m in routes if graph[m] & routes} == {}
 
 
-def test_actors_and_services_never_import_sanic():
-    for pkg in ("actors", "broker/service"):
-        for path in (ROOT / pkg).rglob("*.py"):
-            tree = ast.parse(path.read_text())
-            names = {alias.name.split(".")[0] for node in ast.walk(tree)
-                     if isinstance(node, ast.Import) for alias in node.names}
-            names |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
-                      if isinstance(node, ast.ImportFrom)}
-            assert "sanic" not in names, path
+def test_actors_services_and_the_wiring_never_import_sanic():
+    paths = [*(ROOT / "actors").rglob("*.py"), *(ROOT / "broker" / "service").rglob("*.py"),
+             ROOT / "broker" / "wiring.py"]
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        names = {alias.name.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.Import) for alias in node.names}
+        names |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+                  if isinstance(node, ast.ImportFrom)}
+        assert "sanic" not in names, path
 
 
 def test_the_checker_sees_a_lazy_cycle(tmp_path):
@@ -185,7 +166,7 @@ def test_the_checker_sees_a_lazy_cycle(tmp_path):
     assert cycles(graph) == [["a", "b", "c"]]
 
 
-LAYERS = ("core", "store", "actors", "service", "http", "main")
+LAYERS = ("core", "store", "actors", "service", "wiring", "http", "main")
 
 
 def layer_of(module: str) -> str:

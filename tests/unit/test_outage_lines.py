@@ -11,7 +11,7 @@ from loguru import logger
 
 import actors.staging_merger as staging_merger
 from actors.reconciler import CacheReconciler, MaintenanceFlags, QueueConfigCache
-from actors.spool.stats import DrainedLine
+from actors.spool.upload import DrainedLine
 from actors.staging_merger import StagingMerger
 from broker.store.health import DatabaseHealth, is_outage, outage_level
 from tests.waiting import wait_until_async

@@ -20,7 +20,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import actors.spool.writer as writer_mod
-from actors.spool import Spool, SpoolBacklog, SpoolError, SpoolFull, encode_records, read_records
+from actors.spool import (
+    RejectedEvents,
+    Spool,
+    SpoolBacklog,
+    SpoolError,
+    SpoolFull,
+    encode_records,
+    read_records,
+)
 from actors.spool.records import (
     NAME,
     encode_file,
@@ -36,9 +44,8 @@ class Unreachable(ConnectionError):
 
 
 class Rejected(ValueError):
-    def __init__(self, message: str, rejected: dict[int, str] | None = None):
-        super().__init__(message)
-        self.rejected = rejected or {}
+    """What a refused direct push (the quarantine's replay) raises; an upload raises the
+    spool's own RejectedEvents instead, naming the refused events."""
 
 
 class FakeDB:
@@ -73,9 +80,11 @@ class FakeDB:
                 return False
             self.uploaded.add(name)
             return True
-        return await self._transaction(events, indexes, ledger)
+        return await self._transaction(events, indexes, ledger,
+                                       lambda _message, bad: RejectedEvents(bad))
 
-    async def _transaction(self, events: list[dict], indexes: list[int], ledger) -> bool:
+    async def _transaction(self, events: list[dict], indexes: list[int], ledger,
+                           refused=lambda message, _bad: Rejected(message)) -> bool:
         self.calls += 1
         self.running += 1
         self.max_running = max(self.max_running, self.running)
@@ -91,7 +100,7 @@ class FakeDB:
             bad = {k: "invalid input syntax" for k in indexes
                    if events[k]["transactionId"] in self.poison}
             if bad:
-                raise Rejected("invalid input syntax", bad)
+                raise refused("invalid input syntax", bad)
             if ledger() is False:
                 return False
             self.chunks.append(len(chunk))

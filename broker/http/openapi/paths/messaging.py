@@ -32,7 +32,7 @@ PUSH_ITEM = obj({
 
 PUSH_RESULT = obj({
     "index": INT, "status": {"type": "string",
-                             "enum": ["queued", "duplicate", "buffered", "failed", "held"]},
+                             "enum": ["queued", "duplicate", "buffered", "failed"]},
     "transaction_id": STR, "transactionId": STR, "message_id": STR, "partition_id": STR,
     "queueName": STR, "error": STR,
 }, ["index", "status"])
