@@ -96,8 +96,13 @@ async def restart_and_drain(db: Database, tmp_path: Path, env: dict, queue: str,
     async def drained() -> bool:
         return sum(map(len, (await stored(db, queue)).values())) >= expected and \
             spool_figures(b.url)["pendingCount"] == 0
-    await wait_until_async(drained, 60, f"{expected} stored messages of {queue}", interval=0.2)
-    return await stored(db, queue), b
+    try:
+        await wait_until_async(drained, 60, f"{expected} stored messages of {queue}",
+                               interval=0.2)
+        return await stored(db, queue), b
+    except BaseException:
+        b.stop()  # the caller stops it only once it has it
+        raise
 
 
 async def test_every_buffered_push_survives_a_host_crash_in_order(
