@@ -15,7 +15,8 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SCANNED = ("broker", "actors", "queenctl", "tests", "benchmarks", "compose", "docs", ".ci")
+SCANNED = ("broker", "actors", "queenctl", "tests", "benchmarks", "compose", "deploy", "docs",
+           ".ci")
 TOP_FILES = ("README.md", "ARCHITECTURE.md", "dev.py", "pyproject.toml")
 CITATION = re.compile(r"\bissue(?:[\s-]*#?\d+|'s\b|:|\s+requirement)|\bowner[']s", re.IGNORECASE)
 
