@@ -50,6 +50,7 @@ from broker.service import timers as timers_service
 from broker.service.context import BrokerContext
 from broker.service.ephemeral_ownership import watch_members
 from broker.service.gauges import gauges
+from broker.service.health import start_loop_monitor
 from broker.service.migration import Migration
 from broker.store import browse as browse_store
 from broker.store.connect import unverified_tls
@@ -72,6 +73,7 @@ __all__ = [
     "start_hotlist",
     "start_jobs",
     "start_live_series",
+    "start_loop_monitor",
     "start_pop_waiters",
     "start_spool",
     "start_timer_sweeper",

@@ -8,6 +8,7 @@
     crypto.py          the AES-256-GCM payload envelope
     errors.py          BadRequest: a caller's mistake, answered 400
     ids.py             uuid7 ids and the uuid check
+    loop_lag.py        LoopMonitor: the event loop's lag, behind /health/live
     times.py           ISO-8601 spellings and the timestamp parse
     domain.py          the value types several layers share (PushItem, PopRequest, AckRow)
 """

@@ -122,6 +122,18 @@ VARIABLES: list[Variable] = [
     _v("RESPONSE_COMPRESSION_MIN_BYTES", "8192", "int",
        "Answers of at least this many bytes are sent zstd- or gzip-encoded when the request's "
        "Accept-Encoding takes it (the official clients' does); 0 never compresses.", _int(0)),
+    _v("HEALTH_LIVE_MAX_LAG_MS", "10000", "ms",
+       "GET /health/live answers 503 when the event loop woke this much later than asked in "
+       "the last 10 s (it is measured every 0.5 s), or has not measured for that long: the "
+       "loop is stuck, and a restart is the cure.", _POSITIVE),
+    _v("HEALTH_READY_SPOOL_MAX_PERCENT", "90", "int",
+       "While PostgreSQL is unreachable, GET /health/ready answers 503 once the spool holds "
+       "this percentage of FILE_BUFFER_MAX_BYTES (1 to 100), so that load balancers send "
+       "pushes to brokers with room left before this one refuses them.", _int(1, 100)),
+    _v("STOP_UNREADY_MS", "0", "ms",
+       "On SIGTERM, how long the broker keeps serving with GET /health/ready answering 503 "
+       "before it stops listening, so that a load balancer takes it out first; parked long "
+       "polls are answered at once. 0 stops listening at once.", _int(0)),
     # Database
     _v("PG_HOST", None, "str",
        "PostgreSQL host, or a comma-separated list of hosts each with an optional :port "
@@ -345,6 +357,9 @@ class Settings:
     access_log: bool
     max_body_bytes: int
     response_compression_min_bytes: int
+    health_live_max_lag_ms: int
+    health_ready_spool_max_percent: int
+    stop_unready_ms: int
     # Database (pg_host None = embedded PostgreSQL)
     pg_host: str | None
     pg_port: int

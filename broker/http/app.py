@@ -164,18 +164,27 @@ def run_subsystems(app: BrokerApp, dsn: str) -> None:
         wiring.start_timer_sweeper(ctx)
         wiring.start_live_series(ctx)
         background.append(await wiring.start_ephemeral(ctx))
+        background.append(wiring.start_loop_monitor(ctx))
         await wiring.start_jobs(ctx)
         logger.info("broker {} serving on http://{}:{}", settings.queen_server_id,
                     settings.host, settings.port)
 
     @app.before_server_stop
     async def end_long_polls(app: BrokerApp) -> None:
-        # Before Sanic's graceful stop waits for in-flight requests: parked pops answer
-        # what they have now (empty, as at their deadline) instead of holding the stop
-        # for up to GRACEFUL_SHUTDOWN_TIMEOUT and then being cut off unanswered.
+        # From here GET /health/ready answers 503 (the server still listens until this
+        # returns). Before Sanic's graceful stop waits for in-flight requests: parked pops
+        # answer what they have now (empty, as at their deadline) instead of holding the
+        # stop for up to GRACEFUL_SHUTDOWN_TIMEOUT and then being cut off unanswered.
+        app.ctx.stopping = True
         parked = await app.ctx.waiters_proxy.close() + app.ctx.ephemeral.gate.close()
         if parked:
             logger.info("stopping: {} parked long poll(s) answered empty", parked)
+        if settings.stop_unready_ms:
+            # Serving on, unready, so that load balancers take this broker out before it
+            # stops listening (pops that would park answer at once from now on).
+            logger.info("stopping: serving {} ms more with /health/ready unready",
+                        settings.stop_unready_ms)
+            await asyncio.sleep(settings.stop_unready_ms / 1000)
 
     @app.after_server_stop
     async def stop(app: BrokerApp) -> None:

@@ -11,8 +11,8 @@ or a JSON error response that ends the request:
   level the route requires (``ROUTE_LEVELS``);
 * ``500``: the JWKS endpoint cannot be fetched (or serves no usable key).
 
-Never checked: CORS preflight (``OPTIONS``), ``/health``, ``/metrics``,
-``/metrics/prometheus``, and ``JWT_SKIP_PATHS`` (exact entries; entries ending in ``/`` are
+Never checked: CORS preflight (``OPTIONS``), ``/health``, ``/health/live``,
+``/health/ready``, ``/metrics``, ``/metrics/prometheus``, and ``JWT_SKIP_PATHS`` (exact entries; entries ending in ``/`` are
 prefixes, except the bare ``/`` which only matches itself).
 
 Signature and claim checks are PyJWT's; this module only chooses the key and the allowed
@@ -70,7 +70,7 @@ _SEG = r"[^/]+"  # one path segment
 # matched without a trailing slash and with runs of ``/`` collapsed.
 ROUTE_LEVELS: list[tuple[frozenset[str] | None, str, int]] = [
     # public
-    (frozenset({"GET"}), r"/health", PUBLIC),
+    (frozenset({"GET"}), r"/health(/live|/ready)?", PUBLIC),
     (frozenset({"GET"}), r"/metrics(/prometheus)?", PUBLIC),
     (frozenset({"GET"}), r"/(openapi\.json|docs)", PUBLIC),  # the API reference
     # the dashboard's static files hold no data; the page asks for a token for the API
@@ -126,7 +126,8 @@ UNKNOWN_WRITE_LEVEL = READ_WRITE
 
 _COMPILED = [(methods, re.compile(pattern), level) for methods, pattern, level in ROUTE_LEVELS]
 
-ALWAYS_PUBLIC = frozenset({"/health", "/metrics", "/metrics/prometheus"})
+ALWAYS_PUBLIC = frozenset({"/health", "/health/live", "/health/ready", "/metrics",
+                           "/metrics/prometheus"})
 
 
 def _normalise(path: str) -> str:

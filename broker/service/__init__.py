@@ -22,6 +22,7 @@ testable without HTTP.
                   view, the live series
     metrics.py    the database's share of /metrics and /metrics/prometheus
     system.py     the maintenance flags (flip, refresh), the database as /health sees it
+    health.py     liveness (/health/live: the loop's lag) and readiness (/health/ready)
     jobs.py       the leader jobs' counters, one cycle run now
     queues.py     configure, queue listing and detail, delete; dead letters and their retry
     resources.py  namespaces, tasks, overview, partitions, a queue's depth (operators)

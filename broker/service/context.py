@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from actors.spool import SpoolBacklog
     from broker.core.config import Settings
     from broker.core.crypto import PayloadCipher
+    from broker.core.loop_lag import LoopMonitor
     from broker.core.telemetry import Telemetry
     from broker.service.migration import Migration
     from broker.store.db import Store
@@ -77,3 +78,5 @@ class BrokerContext:
     # this broker's ephemeral queues, owned by the EphemeralKeeper actor (its methods never
     # await: the data path calls them directly, actors/ephemeral/__init__.py)
     ephemeral: EphemeralQueues = None  # type: ignore[assignment]
+    loop_monitor: LoopMonitor = None  # type: ignore[assignment]  # the loop's lag (liveness)
+    stopping: bool = False  # set when the server starts its stop: not ready from then on

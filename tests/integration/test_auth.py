@@ -202,6 +202,9 @@ def test_auth_off_everything_open_and_no_producer_sub(http):
 
 def test_public_paths_and_preflight_need_no_token(hs):
     assert hs.get("/health").status_code == 200
+    # The machines' checks: a load balancer or a kubelet has no token.
+    assert hs.get("/health/live").json()["status"] == "live"
+    assert hs.get("/health/ready").json()["status"] == "ready"
     for path in ("/metrics", "/metrics/prometheus"):
         assert hs.get(path).status_code not in (401, 403), path
     r = hs.options("/api/v1/push", headers={"Origin": "http://x",

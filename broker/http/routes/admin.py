@@ -15,7 +15,13 @@ from broker.http.types import BrokerRequest
 from broker.http.wire import ephemeral as ephemeral_wire
 from broker.http.wire.common import q_int, q_str
 from broker.http.wire.dlq import dlq_page, retry_answer
-from broker.http.wire.health import health_answer, long_poll_figures, shared_state_answer
+from broker.http.wire.health import (
+    health_answer,
+    live_answer,
+    long_poll_figures,
+    ready_answer,
+    shared_state_answer,
+)
 from broker.http.wire.queues import (
     configure_answer,
     ignored_options,
@@ -25,6 +31,7 @@ from broker.http.wire.queues import (
 )
 from broker.http.wire.spools import holds_answer
 from broker.service import ephemeral as ephemeral_service
+from broker.service import health as health_service
 from broker.service import queues as service
 from broker.service import spools as spools_service
 from broker.service.drain import spool_stats
@@ -118,6 +125,20 @@ async def health(request: BrokerRequest):
     body["spoolHolds"] = (None if holds is None
                           else holds_answer(holds, telemetry.spool_holds_ended))
     return json(body, status=200 if ok else 503)
+
+
+@bp.get("/health/live")
+async def health_live(request: BrokerRequest):
+    """Liveness, for a process supervisor: the event loop is not stuck (no PostgreSQL)."""
+    body, status = live_answer(health_service.liveness(request.app.ctx))
+    return json(body, status=status)
+
+
+@bp.get("/health/ready")
+async def health_ready(request: BrokerRequest):
+    """Readiness, for a load balancer: PostgreSQL or the spool takes pushes; not stopping."""
+    body, status = ready_answer(await health_service.readiness(request.app.ctx))
+    return json(body, status=status)
 
 
 async def shared_state(app) -> dict:

@@ -1,11 +1,13 @@
 """Health on the wire (docs/wire-contract.md §15.1): ``GET /health`` and the cluster view of
-this broker it carries (also ``GET /api/v1/system/shared-state``; docs/behaviour.md §3.6)."""
+this broker it carries (also ``GET /api/v1/system/shared-state``; docs/behaviour.md §3.6),
+and the machines' ``GET /health/live`` and ``GET /health/ready``."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
 from broker.core.config import Settings
+from broker.service.health import Liveness, Readiness
 
 
 def health_answer(ok: bool, settings: Settings, database_server: dict, broker_version: str,
@@ -62,3 +64,22 @@ def long_poll_figures(wakes: Mapping[str, int], pops: Mapping[str, Any]) -> dict
             "claimQueries": pops["claim_queries"], "attempts": pops["attempts"],
             "timerRechecks": pops["timer_rechecks"], "sharedRechecks": pops["shared_rechecks"],
             "woken": wakes["woken"], "wakesPassedOn": wakes["passed_on"]}
+
+
+def live_answer(live: Liveness) -> tuple[dict, int]:
+    """``GET /health/live``: 200 live, 503 when the event loop was stuck."""
+    body: dict[str, Any] = {"status": "live" if live.live else "stuck",
+                            "loopLagMs": live.lag_ms, "maxLoopLagMs": live.max_lag_ms}
+    return body, 200 if live.live else 503
+
+
+def ready_answer(ready: Readiness) -> tuple[dict, int]:
+    """``GET /health/ready``: 200 ready, 503 with the reason (stopping, spool_full,
+    spool_failing)."""
+    body: dict[str, Any] = {"status": "ready" if ready.ready else "unready",
+                            "database": ready.database}
+    if not ready.ready:
+        body["reason"] = ready.reason
+    if ready.spool:
+        body["spool"] = ready.spool
+    return body, 200 if ready.ready else 503

@@ -47,12 +47,38 @@ HEALTH = obj({"status": {"type": "string", "enum": ["healthy", "unhealthy"]},
               "server": STR, "version": STR, "brokerVersion": STR, "shared_state": MAP, "spool": MAP,
               "spoolHolds": nullable(SPOOL_HOLDS)},
              ["status", "database", "server"])
+LIVE = obj({"status": {"type": "string", "enum": ["live", "stuck"]},
+            "loopLagMs": {**NUM, "description": "The event loop's worst lag in the last 10 s "
+                                                "(or the time since it last measured)"},
+            "maxLoopLagMs": {**INT, "description": "HEALTH_LIVE_MAX_LAG_MS"}},
+           ["status", "loopLagMs", "maxLoopLagMs"])
+READY = obj({"status": {"type": "string", "enum": ["ready", "unready"]},
+             "database": {"type": "string", "enum": ["up", "down", "unknown"]},
+             "reason": {"type": "string", "enum": ["stopping", "spool_full", "spool_failing"]},
+             "spool": obj({"healthy": BOOL, "pendingBytes": INT, "maxBytes": INT, "full": BOOL},
+                          ["healthy", "pendingBytes", "maxBytes", "full"])},
+            ["status", "database"])
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 
 OPERATIONS = [
     op("GET", "/health", tag=TAG, summary="Liveness and the database's reachability",
        public=True, database=False, ok=HEALTH,
        responses={503: {**answer(HEALTH, "The database is unreachable")}}),
+    op("GET", "/health/live", tag=TAG, summary="Liveness: the event loop is not stuck",
+       description="For a process supervisor (a container's health check, Kubernetes' "
+                   "livenessProbe): 503 when the event loop woke later than "
+                   "HEALTH_LIVE_MAX_LAG_MS in the last 10 s. PostgreSQL plays no part.",
+       public=True, database=False, ok=LIVE,
+       responses={503: {**answer(LIVE, "The event loop was stuck")}}),
+    op("GET", "/health/ready", tag=TAG, summary="Readiness: this broker can take traffic",
+       description="For a load balancer (haproxy's httpchk, Kubernetes' readinessProbe): "
+                   "200 while PostgreSQL is reachable, or while it is not but the spool "
+                   "takes pushes with room left; 503 when the spool is failing or past "
+                   "HEALTH_READY_SPOOL_MAX_PERCENT of its cap while PostgreSQL is away, "
+                   "and from the start of a graceful stop.",
+       public=True, database=False, ok=READY,
+       responses={503: {**answer(READY, "Not ready: stopping, spool_full or "
+                                        "spool_failing (in `reason`)")}}),
     op("GET", "/metrics", tag=TAG, summary="Process and queue figures (JSON)",
        description="A client whose Accept asks for `text/plain` or OpenMetrics gets the "
                    "Prometheus text of `/metrics/prometheus`.",
