@@ -21,6 +21,21 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def worktree(rev: str) -> Path:
+    """A temporary detached ``git worktree`` of ``rev``: a broker of that revision runs from
+    it (``Broker(root=...)``) beside this checkout's, to compare the two in one run."""
+    path = Path(tempfile.mkdtemp(prefix="qbench-rev-", dir="/tmp"))
+    subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(path), rev],
+                   cwd=ROOT, check=True)
+    return path
+
+
+def drop_worktree(path: Path) -> None:
+    subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT,
+                   check=False, capture_output=True)
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -228,7 +228,9 @@ async def ack_completed(client: Any, messages: list[dict], group: str | None = N
 
 
 async def http_push(url: str, queue: str, rows: Rows, batch: int, concurrency: int,
-                    cap_s: float, label: str) -> Phase:
+                    cap_s: float, label: str, accepted: str = "queued") -> Phase:
+    """Push ``rows`` in chunks of ``batch``; an item counts as done when its answer's status
+    is ``accepted`` (``buffered`` for pushes meant for the spool)."""
     chunks = rows.chunks(batch)
     bodies = [rows.push_body(queue, c, batch) for c in chunks]  # built before the clock starts
     phase = Phase(label, rows.n)
@@ -248,10 +250,10 @@ async def http_push(url: str, queue: str, rows: Rows, batch: int, concurrency: i
                     if r.status_code not in (200, 201):
                         phase.error(f"HTTP {r.status_code}: {r.text}")
                         continue
-                    queued = sum(1 for x in r.json() if x.get("status") == "queued")
-                    phase.done += queued
-                    if queued != len(chunk):
-                        phase.error(f"{len(chunk) - queued} items not queued: {r.text}")
+                    done = sum(1 for x in r.json() if x.get("status") == accepted)
+                    phase.done += done
+                    if done != len(chunk):
+                        phase.error(f"{len(chunk) - done} items not {accepted}: {r.text}")
                 except (httpx.HTTPError, OSError, asyncio.IncompleteReadError) as exc:
                     phase.error(repr(exc))
 

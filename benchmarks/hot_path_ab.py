@@ -29,10 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import subprocess
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -42,7 +39,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import _loadgen as loadgen  # noqa: E402
 import _store_floor as floor  # noqa: E402
-from _harness import ROOT, Broker, BrokerMeter, start_database  # noqa: E402
+from _harness import Broker, BrokerMeter, drop_worktree, start_database, worktree  # noqa: E402
 from _loadgen import (  # noqa: E402
     RAW_INSERT_MANY,
     RAW_TABLE,
@@ -61,19 +58,6 @@ from _loadgen import (  # noqa: E402
 )
 
 WORKLOADS = ("push1", "push100", "popack100")
-
-
-def worktree(rev: str) -> Path:
-    path = Path(tempfile.mkdtemp(prefix="qbench-before-", dir="/tmp"))
-    subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(path), rev],
-                   cwd=ROOT, check=True)
-    return path
-
-
-def drop_worktree(path: Path) -> None:
-    subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT,
-                   check=False, capture_output=True)
-    shutil.rmtree(path, ignore_errors=True)
 
 
 async def broker_phase(broker: Broker, workload: str, n: int, args: argparse.Namespace,

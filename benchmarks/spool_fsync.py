@@ -28,10 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -42,35 +39,19 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _harness import ROOT, Broker, BrokerMeter, start_database  # noqa: E402
+from _harness import Broker, BrokerMeter, drop_worktree, start_database, worktree  # noqa: E402
 from _loadgen import (  # noqa: E402
-    JSON_HEADERS,
-    Phase,
     Rows,
     fmt_rate,
-    http_client,
+    http_push,
     log,
     median,
     percentile,
     ratio,
-    run_workers,
     table,
 )
 
 WORKLOADS = {"b1x16": (1, 16), "b1x64": (1, 64), "b100x16": (100, 16)}
-
-
-def worktree(rev: str) -> Path:
-    path = Path(tempfile.mkdtemp(prefix="qbench-base-", dir="/tmp"))
-    subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(path), rev],
-                   cwd=ROOT, check=True)
-    return path
-
-
-def drop_worktree(path: Path) -> None:
-    subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT,
-                   check=False, capture_output=True)
-    shutil.rmtree(path, ignore_errors=True)
 
 
 async def spool_figures(url: str) -> dict:
@@ -82,35 +63,6 @@ async def maintenance(url: str, on: bool) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=10) as client:
         r = await client.post("/api/v1/system/maintenance", json={"enabled": on})
         r.raise_for_status()
-
-
-async def buffered_push(url: str, queue: str, rows: Rows, batch: int, concurrency: int,
-                        cap_s: float, label: str) -> Phase:
-    """Like _loadgen.http_push, but every item must answer ``buffered``."""
-    chunks = rows.chunks(batch)
-    bodies = [rows.push_body(queue, c, batch) for c in chunks]
-    phase = Phase(label, rows.n)
-    it = iter(zip(chunks, bodies))
-    async with http_client(url, concurrency) as client:
-        deadline = time.perf_counter() + cap_s
-
-        async def worker(_: int) -> None:
-            for chunk, body in it:
-                if time.perf_counter() > deadline:
-                    return
-                t = time.perf_counter()
-                r = await client.post("/api/v1/push", content=body, headers=JSON_HEADERS)
-                phase.latencies_ms.append((time.perf_counter() - t) * 1000)
-                phase.requests += 1
-                done = sum(1 for x in r.json() if x.get("status") == "buffered") \
-                    if r.status_code == 201 else 0
-                phase.done += done
-                if done != len(chunk):
-                    phase.error(f"HTTP {r.status_code}, {len(chunk) - done} not buffered: "
-                                f"{r.text[:200]}")
-
-        phase.elapsed = await run_workers(concurrency, worker)
-    return phase
 
 
 async def drain(url: str, events: int, cap_s: float) -> float | None:
@@ -166,8 +118,9 @@ async def main() -> int:
                     queue = f"fsync-{workload}-{uuid.uuid4().hex[:8]}"
                     before = await spool_figures(b.url)
                     meter = BrokerMeter(b)
-                    phase = await buffered_push(b.url, queue, Rows(n, args.partitions), batch,
-                                                clients, args.max_seconds, f"{name} {workload}")
+                    phase = await http_push(b.url, queue, Rows(n, args.partitions), batch,
+                                            clients, args.max_seconds, f"{name} {workload}",
+                                            accepted="buffered")
                     phase.broker = meter.figures(phase.done)
                     after = await spool_figures(b.url)
                     syncs = after.get("syncs", 0) - before.get("syncs", 0) \

@@ -64,6 +64,28 @@ def database():
         shutil.rmtree(data_dir.parent, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def own_pg():
+    """A PostgreSQL of the module's own, for tests that stop it (nobody else may see that)."""
+    from broker.store.embedded_pg import EmbeddedPostgres
+
+    root = Path(tempfile.mkdtemp(prefix="qownpg", dir="/tmp"))
+    pg = EmbeddedPostgres(root / "data", port=free_port())
+    pg.start()
+    yield pg
+    pg.stop(mode="immediate")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def stoppable_db(own_pg) -> Database:
+    """The module's own PostgreSQL, running again if a test left it stopped."""
+    if not own_pg.is_running():
+        own_pg.start()
+    return Database(own_pg.host, own_pg.port, "postgres", "postgres", "postgres",
+                    embedded=own_pg)
+
+
 @dataclass
 class BrokerProcess:
     url: str

@@ -11,16 +11,12 @@ others keep filling up.
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
 
-from broker.store.embedded_pg import EmbeddedPostgres
-from tests.conftest import Database, free_port, start_broker, stop_brokers
+from tests.conftest import Database, start_broker, stop_brokers
 from tests.waiting import wait_until_async
 
 PARTITIONS = 8
@@ -36,23 +32,9 @@ GROUP = "fair"
 BOUND = 3 * PARTITIONS
 
 
-@pytest.fixture(scope="module")
-def own_pg():
-    """A PostgreSQL of this module's own: a test stops it, which nobody else may see."""
-    root = Path(tempfile.mkdtemp(prefix="qfair", dir="/tmp"))
-    pg = EmbeddedPostgres(root / "data", port=free_port())
-    pg.start()
-    yield pg
-    pg.stop(mode="immediate")
-    shutil.rmtree(root, ignore_errors=True)
-
-
 @pytest.fixture
-def db(own_pg) -> Database:
-    if not own_pg.is_running():
-        own_pg.start()
-    return Database(own_pg.host, own_pg.port, "postgres", "postgres", "postgres",
-                    embedded=own_pg)
+def db(stoppable_db: Database) -> Database:
+    return stoppable_db
 
 
 @pytest.fixture

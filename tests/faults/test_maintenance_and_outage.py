@@ -11,36 +11,19 @@ import os
 import re
 import shutil
 import signal
-import tempfile
 import time
-from pathlib import Path
 
 import asyncpg
 import httpx
 import pytest
 
-from broker.store.embedded_pg import EmbeddedPostgres
-from tests.conftest import Database, free_port, start_broker
+from tests.conftest import Database, start_broker
 from tests.waiting import wait_until_async
 
 
-@pytest.fixture(scope="module")
-def own_pg():
-    """A PostgreSQL of our own: these tests stop it, which nobody else may see."""
-    root = Path(tempfile.mkdtemp(prefix="qfpg", dir="/tmp"))
-    pg = EmbeddedPostgres(root / "data", port=free_port())
-    pg.start()
-    yield pg
-    pg.stop(mode="immediate")
-    shutil.rmtree(root, ignore_errors=True)
-
-
 @pytest.fixture
-def db(own_pg) -> Database:
-    if not own_pg.is_running():
-        own_pg.start()
-    return Database(own_pg.host, own_pg.port, "postgres", "postgres", "postgres",
-                    embedded=own_pg)
+def db(stoppable_db: Database) -> Database:
+    return stoppable_db
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 
 from tests.conftest import start_broker
-from tests.faults.test_maintenance_and_outage import db, own_pg  # noqa: F401
+from tests.faults.test_maintenance_and_outage import db  # noqa: F401
 
 
 def test_a_flip_that_cannot_be_stored_is_a_503_and_changes_nothing(db, tmp_path):  # noqa: F811

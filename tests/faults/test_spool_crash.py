@@ -88,6 +88,18 @@ def kill_9(broker) -> None:
     broker.proc.wait(10)
 
 
+def spooling_broker(db: Database, tmp_path: Path, env: dict):
+    """A broker on ``env``'s spool with push maintenance on: every push goes to its spool."""
+    b = start_broker(db, tmp_path, **env)
+    try:
+        httpx.post(b.url + "/api/v1/system/maintenance", json={"enabled": True},
+                   timeout=10).raise_for_status()
+    except BaseException:
+        b.stop()
+        raise
+    return b
+
+
 async def restart_and_drain(db: Database, tmp_path: Path, env: dict, queue: str,
                             expected: int) -> tuple[dict[str, list[str]], object]:
     await push_maintenance_off(db)
@@ -108,10 +120,8 @@ async def restart_and_drain(db: Database, tmp_path: Path, env: dict, queue: str,
 async def test_every_buffered_push_survives_a_host_crash_in_order(
         fresh_database, lossyfs, tmp_path, queue_name):
     env = {"FILE_BUFFER_DIR": str(lossyfs.mountpoint / "spool")}
-    b = start_broker(fresh_database, tmp_path, **env)
+    b = spooling_broker(fresh_database, tmp_path, env)
     try:
-        httpx.post(b.url + "/api/v1/system/maintenance", json={"enabled": True},
-                   timeout=10).raise_for_status()
         acked, refused = await push_all(b.url, queue_name, "crash")
         spool_id = spool_figures(b.url)["spoolId"]
         kill_9(b)
@@ -131,10 +141,8 @@ async def test_every_buffered_push_survives_a_host_crash_in_order(
 async def test_a_push_whose_fsync_failed_is_refused_and_never_delivered(
         fresh_database, lossyfs, tmp_path, queue_name):
     env = {"FILE_BUFFER_DIR": str(lossyfs.mountpoint / "spool")}
-    b = start_broker(fresh_database, tmp_path, **env)
+    b = spooling_broker(fresh_database, tmp_path, env)
     try:
-        httpx.post(b.url + "/api/v1/system/maintenance", json={"enabled": True},
-                   timeout=10).raise_for_status()
         before, none = await push_all(b.url, queue_name, "before")
         assert not none
         lossyfs.fail_fsync(True)

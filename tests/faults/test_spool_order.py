@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import start_broker
-from tests.faults.test_maintenance_and_outage import db, maintenance, own_pg, stored  # noqa: F401
+from tests.faults.test_maintenance_and_outage import db, maintenance, stored  # noqa: F401
 from tests.waiting import wait_until_async
 
 PARTITIONS = ("k0", "k1", "k2", "k3")

@@ -20,7 +20,7 @@ import asyncpg
 import httpx
 
 from tests.conftest import start_broker
-from tests.faults.test_maintenance_and_outage import db, maintenance, own_pg, stored  # noqa: F401
+from tests.faults.test_maintenance_and_outage import db, maintenance, stored  # noqa: F401
 from tests.faults.test_spool_order import push_one, spools_registered, wait_stored
 from tests.waiting import wait_until_async
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from tests.conftest import db_val
-from tests.faults.test_maintenance_and_outage import brokers, db, own_pg  # noqa: F401
+from tests.faults.test_maintenance_and_outage import brokers, db  # noqa: F401
 from tests.waiting import wait_until
 
 

@@ -24,7 +24,7 @@ import time
 import httpx
 
 from tests.conftest import start_broker
-from tests.faults.test_maintenance_and_outage import db, own_pg, stored  # noqa: F401
+from tests.faults.test_maintenance_and_outage import db, stored  # noqa: F401
 from tests.faults.test_spool_order import consume_all
 from tests.ha.test_pg_failover import database, pg_pair  # noqa: F401
 from tests.waiting import wait_until, wait_until_async

@@ -902,12 +902,13 @@ async def test_interval_policy_answers_at_once_and_syncs_within_the_window(
     real = writer_mod._datasync
     monkeypatch.setattr(writer_mod, "_datasync",
                         lambda fd, d: (calls.append(fd), real(fd, d)))
-    spool = make(start_paused=True, sync_interval_ms=50).proxy()
+    # A window far longer than three appends take, so the one sync comes after all of them.
+    spool = make(start_paused=True, sync_interval_ms=1000).proxy()
     for t in ("a", "b", "c"):
         assert (await spool.append([ev(t)])).done()
     assert calls == []
-    stats = await until_stats(spool, lambda s: s["syncs"] >= 1)
-    assert stats["fsync"] == "interval:50" and len(calls) == 1
+    stats = await until_stats(spool, lambda s: s["syncs"] >= 1, timeout=10)
+    assert stats["fsync"] == "interval:1000" and len(calls) == 1
 
 
 async def test_start_cuts_a_torn_tail_and_quarantines_a_damaged_record_while_its_neighbours_drain(
