@@ -9,10 +9,12 @@
     python3 dev.py ctl ...  # queenctl, the operator's command line (e.g. `ctl status`)
     python3 dev.py reset    # stop what `run` left behind and delete .queen/ (all its data)
     python3 dev.py schema   # regenerate broker/store/schema_current.sql from the migrations
+    python3 dev.py docs     # serve the docs site (mkdocs.yml, docs/) on http://127.0.0.1:8000
+    python3 dev.py docs build   # build it, strict (a broken link fails), into site/
 
 Each command first makes sure ./.venv exists and holds this project (and, for
-test and bench, its test dependencies). Extra arguments are passed on
-(to queen-broker, queenctl, pytest or the benchmark script). `test` runs `ruff check` over the
+test, bench and docs, its test dependencies). Extra arguments are passed on
+(to queen-broker, queenctl, pytest, mkdocs or the benchmark script). `test` runs `ruff check` over the
 project and `mypy` (on the files listed in pyproject.toml's [tool.mypy]) first, and stops
 with their exit code if either fails, so CI enforces them.
 
@@ -139,7 +141,7 @@ def reset() -> int:
 
 
 def main() -> int:
-    commands = ("run", "test", "bench", "micro", "ha", "ctl", "reset", "schema")
+    commands = ("run", "test", "bench", "micro", "ha", "ctl", "reset", "schema", "docs")
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__, file=sys.stderr)
         return 2
@@ -165,6 +167,11 @@ def main() -> int:
     elif command == "schema":
         ensure_venv("")
         argv = [str(BIN / "python"), "-m", "broker.store.schema_dump", *rest]
+    elif command == "docs":
+        ensure_venv("test")  # MkDocs is a test dependency: the suite builds the site
+        verb, more = (rest[0], rest[1:]) if rest[:1] in (["serve"], ["build"]) else ("serve", rest)
+        strict = ["--strict"] if verb == "build" else []  # serve shows warnings and goes on
+        argv = [str(BIN / "mkdocs"), verb, *strict, *more]
     elif command == "ha":
         ensure_venv("")
         argv = [str(BIN / "python"), str(ROOT / "compose" / "local_ha.py"), *rest]

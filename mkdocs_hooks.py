@@ -1,8 +1,8 @@
 """The docs site's hook (mkdocs.yml ``hooks:``) and the link check README.md shares with it.
 
-The pages in docs/ link to files of the repository outside docs/ (``../compose/haproxy.cfg``,
-``../deploy/kubernetes/README.md``): such a link works where the Markdown is read in the
-repository, but the site holds only docs/, so MkDocs would call it not found. Before a page is
+The pages in docs/ link to files of the repository outside docs/ (compose/haproxy.cfg, the
+Kubernetes manifests' README), by relative paths that climb out of docs/: such a link works
+where the Markdown is read in the repository, but the site holds only docs/, so MkDocs would call it not found. Before a page is
 converted, ``on_page_markdown`` checks each such link against the repository (the file must
 exist inside it; a Markdown file's anchor must be one of its headings) and writes it as the
 file's path in code, which the site can show. A link that does not resolve is a warning, and
@@ -63,10 +63,12 @@ def _links(markdown: str):
             yield n, m
 
 
-def target_problem(source: Path, target: str, anchor: str | None) -> str | None:
-    """Why a relative link from ``source`` does not resolve, or None when it does."""
+def target_problem(source: Path, target: str, anchor: str | None,
+                   root: Path = ROOT) -> str | None:
+    """Why a relative link from ``source`` does not resolve in the repository at ``root``, or
+    None when it does."""
     path = (source.parent / target).resolve() if target else source
-    if not path.is_relative_to(ROOT):
+    if not path.is_relative_to(root.resolve()):
         return f"{target} leads out of the repository"
     if not path.exists():
         return f"{target} does not exist"
@@ -75,14 +77,14 @@ def target_problem(source: Path, target: str, anchor: str | None) -> str | None:
     return None
 
 
-def link_problems(source: Path) -> list[str]:
+def link_problems(source: Path, root: Path = ROOT) -> list[str]:
     """Every relative link (and anchor) of a Markdown file that does not resolve."""
     found = []
     for n, m in _links(source.read_text()):
         target, anchor = m.group(3), m.group(4)
         if re.match(r"[a-z][\w+.-]*:", target):  # https:, mailto:
             continue
-        if (problem := target_problem(source, target, anchor)) is not None:
+        if (problem := target_problem(source, target, anchor, root)) is not None:
             found.append(f"{source.name}:{n}: {problem}")
     return found
 

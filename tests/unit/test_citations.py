@@ -9,7 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # Where citations live.
 SCANNED = ("broker", "actors", "queenctl", "tests", "benchmarks", "compose", "docs", ".ci")
-TOP_FILES = ("README.md", "ARCHITECTURE.md", "dev.py", "pyproject.toml")
+TOP_FILES = ("README.md", "ARCHITECTURE.md", "dev.py", "pyproject.toml", "mkdocs.yml",
+             "mkdocs_hooks.py")
 SUFFIXES = {".py", ".md", ".sql", ".toml", ".js", ".html", ".css", ".yml", ".yaml", ".sh", ""}
 
 # A Markdown file name, optionally with a folder, optionally followed by a section sign.

@@ -216,15 +216,17 @@ def test_markdown_table_lists_every_variable():
     assert "| `PG_HOST` | *(unset)* |" in table
 
 
-def test_readme_configuration_table_matches_the_code():
-    """The README's variable table is exactly what broker/core/config.py declares."""
-    text = (ROOT / "README.md").read_text()
+def test_configuration_page_table_matches_the_code():
+    """The docs' variable table (docs/operations/configuration.md) is exactly what
+    broker/core/config.py declares."""
+    page = ROOT / "docs/operations/configuration.md"
+    text = page.read_text()
     start, end = "<!-- config:start -->\n", "\n<!-- config:end -->"
-    assert start in text and end in text, "README.md lost its config table markers"
+    assert start in text and end in text, f"{page.name} lost its config table markers"
     embedded = text[text.index(start) + len(start):text.index(end)]
     assert embedded.strip() == markdown_table().strip(), (
-        "README.md's configuration table is stale: paste broker.core.config.markdown_table() "
-        "between the config markers")
+        f"{page.relative_to(ROOT)}'s configuration table is stale: paste "
+        "broker.core.config.markdown_table() between the config markers")
 
 
 def test_mesh_host_defaults_to_host_and_connection_cap_to_peers():

@@ -1,8 +1,9 @@
 """The operator's pages (docs/operations.md, deploy/kubernetes/README.md): every command block
 runs as written here, or is marked ``<!-- readme-test: no-run: REASON -->`` with a reason, as
-README.md's are. The commands that run here are the suite's own tests, named by path: the
-check is that each is a `dev.py test` of a test file that exists (the suite runs those files
-itself, so the page cannot name one that is gone)."""
+every docs page's are (tests/integration/test_readme_snippets.py). The commands that run here
+are the suite's own tests, named by path: the check is that each is a `dev.py test` of a test
+file that exists (the suite runs those files itself, so the page cannot name one that is
+gone)."""
 from __future__ import annotations
 
 import re

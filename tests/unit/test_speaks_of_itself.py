@@ -17,7 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("broker", "actors", "queenctl", "tests", "benchmarks", "compose", "deploy", "docs",
            ".ci")
-TOP_FILES = ("README.md", "ARCHITECTURE.md", "dev.py", "pyproject.toml")
+TOP_FILES = ("README.md", "ARCHITECTURE.md", "dev.py", "pyproject.toml", "mkdocs.yml",
+             "mkdocs_hooks.py")
 CITATION = re.compile(r"\bissue(?:[\s-]*#?\d+|'s\b|:|\s+requirement)|\bowner[']s", re.IGNORECASE)
 
 
