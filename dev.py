@@ -11,7 +11,9 @@
     python3 dev.py schema   # regenerate broker/store/schema_current.sql from the migrations
 
 Each command first makes sure ./.venv exists and holds this project (and, for
-test and bench, its test dependencies). Extra arguments are passed on
+test and bench, its test dependencies). dev.py needs Python 3.11 or newer and says so before
+building anything; a .venv made by another Python version, or one no install ever finished
+in, is deleted and built again. Extra arguments are passed on
 (to queen-broker, queenctl, pytest or the benchmark script). `test` runs `ruff check` over the
 project and `mypy` (on the files listed in pyproject.toml's [tool.mypy]) first, and stops
 with their exit code if either fails, so CI enforces them.
@@ -20,8 +22,8 @@ with their exit code if either fails, so CI enforces them.
 embedded PostgreSQL that a killed broker (`kill -9`) left running, then deletes .queen/:
 every queue and message, and any push still waiting in a spool.
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations` and no walrus: dev.py must parse on old Pythons
+# (3.6 on) to say which one it needs; annotations the old ones cannot evaluate are quoted.
 import fcntl
 import hashlib
 import os
@@ -29,18 +31,80 @@ import shutil
 import subprocess
 import sys
 import venv
+from collections import deque
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / "bin"
+NEEDS = (3, 11)  # pyproject.toml's requires-python (a unit test keeps them equal)
 STATE = ROOT / ".queen"  # what `run` keeps: pgdata (the embedded PostgreSQL), buffers (the spool)
 
 
+class Failed(Exception):
+    """A step of dev.py failed; the message is the one line that says why."""
+
+
+def venv_python() -> "tuple[int, int] | None":
+    """(major, minor) of the Python in .venv; None when there is none that runs (a half-built
+    venv, or one whose interpreter was uninstalled)."""
+    try:
+        said = subprocess.run([str(BIN / "python"), "-c",
+                               "import sys; print(*sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=60)
+        major, minor = map(int, said.stdout.split())
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    return (major, minor) if said.returncode == 0 else None
+
+
+def check_venv() -> None:
+    """Delete a .venv that cannot be reused: made by another Python than this one (its
+    packages and binary wheels are that version's), or never finished (no install into it
+    completed: the .installed-* stamps are written only after pip succeeds)."""
+    if VENV.is_symlink() or not VENV.exists():
+        return  # a linked venv (a scratch copy of the checkout) is its owner's to rebuild
+    here = sys.version_info[:2]
+    made_by = venv_python()
+    if made_by == here and any(VENV.glob(".installed-*")):
+        return
+    if made_by is None:
+        why = "it has no Python that runs (half-built, or its interpreter is gone)"
+    elif made_by != here:
+        why = f"it was made by Python {made_by[0]}.{made_by[1]}, this is {here[0]}.{here[1]}"
+    else:
+        why = "no install into it ever finished"
+    print(f"dev.py: rebuilding {VENV}: {why}", flush=True)
+    shutil.rmtree(VENV)
+
+
+def pip(*args: str, what: str) -> None:
+    """Run pip in .venv, its output passed through as it comes; a failure is one line naming
+    pip's own reason (its ERROR lines, else its last line)."""
+    tail: deque[str] = deque(maxlen=40)  # a local annotation is never evaluated
+    with subprocess.Popen([str(BIN / "python"), "-m", "pip", *args], cwd=ROOT, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stderr.write(line)
+            if line.strip():
+                tail.append(line.strip())
+    if proc.returncode != 0:
+        errors = [line for line in tail if line.startswith("ERROR:")]
+        cause = " ".join(errors) if errors else (tail[-1] if tail else "no output")
+        raise Failed(f"pip could not install {what} into {VENV} (exit {proc.returncode}): "
+                     f"{cause}")
+
+
 def ensure_venv(extras: str) -> None:
+    check_venv()
     if not (BIN / "python").exists():
         print(f"dev.py: creating {VENV}", flush=True)
-        venv.EnvBuilder(with_pip=True).create(VENV)
+        try:
+            venv.EnvBuilder(with_pip=True).create(VENV)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            raise Failed(f"could not create {VENV} with {sys.executable} ({exc}); is this "
+                         f"Python's venv/ensurepip installed (Debian: python3-venv)?") from None
     # Reinstall only when pyproject.toml (or the extras asked for) changed. An install with
     # the test extras holds the base install too.
     stamp = VENV / f".installed-{extras or 'base'}"
@@ -50,11 +114,20 @@ def ensure_venv(extras: str) -> None:
         return
     target = f".[{extras}]" if extras else "."
     print(f"dev.py: installing {target} into {VENV}", flush=True)
-    subprocess.run([str(BIN / "python"), "-m", "pip", "install", "--quiet", "--upgrade", "pip"],
-                   check=True, cwd=ROOT)
-    subprocess.run([str(BIN / "python"), "-m", "pip", "install", "--quiet", "-e", target],
-                   check=True, cwd=ROOT)
+    pip("install", "--quiet", "--upgrade", "pip", what="pip")
+    pip("install", "--quiet", "-e", target, what=target)
     stamp.write_text(digest)
+
+
+def check_python() -> None:
+    """Before anything is built: this Python is one the project runs on."""
+    if sys.version_info[:2] >= NEEDS:
+        return
+    have = ".".join(map(str, sys.version_info[:3]))
+    need = ".".join(map(str, NEEDS))
+    again = " ".join(["dev.py", *sys.argv[1:]])
+    raise Failed(f"needs Python {need} or newer, and this is Python {have} ({sys.executable}); "
+                 f"nothing was built: run it with a newer one, e.g. `python{need} {again}`")
 
 
 def lint() -> int:
@@ -90,7 +163,7 @@ if pg.is_running():
 """
 
 
-def spool_holder(lock: Path) -> str | None:
+def spool_holder(lock: Path) -> "str | None":
     """The pid written in a spool directory's lock file while a live process holds it."""
     try:
         fd = os.open(lock, os.O_RDONLY)
@@ -111,7 +184,8 @@ def reset() -> int:
         print(f"dev.py: nothing to reset ({STATE} does not exist)")
         return 0
     for lock in sorted(STATE.glob("*/lock")):
-        if (pid := spool_holder(lock)) is not None:
+        pid = spool_holder(lock)
+        if pid is not None:
             print(f"dev.py: a broker (pid {pid}) is running on {lock.parent}: stop it first "
                   f"(Ctrl-C where it runs, or kill {pid}); nothing was deleted", file=sys.stderr)
             return 1
@@ -143,7 +217,15 @@ def main() -> int:
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__, file=sys.stderr)
         return 2
-    command, rest = sys.argv[1], sys.argv[2:]
+    try:
+        check_python()
+        return command(sys.argv[1], sys.argv[2:])
+    except Failed as exc:
+        print(f"dev.py: {exc}", file=sys.stderr)
+        return 1
+
+
+def command(command: str, rest: "list[str]") -> int:
     if command == "reset":
         return reset()
     if command == "run":
