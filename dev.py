@@ -8,6 +8,8 @@
     python3 dev.py ha       # an HA pair (or --brokers 3) on loopback, see compose/local_ha.py
     python3 dev.py ctl ...  # queenctl, the operator's command line (e.g. `ctl status`)
     python3 dev.py reset    # stop what `run` left behind and delete .queen/ (all its data)
+    python3 dev.py pg stop  # stop the embedded PostgreSQL under a running broker (an outage
+                            # drill); `pg start` starts it again, `pg status` tells
     python3 dev.py schema   # regenerate broker/store/schema_current.sql from the migrations
 
 Each command first makes sure ./.venv exists and holds this project (and, for
@@ -163,6 +165,85 @@ if pg.is_running():
 """
 
 
+# Run by the venv's python: `dev.py pg ACTION` on the embedded PostgreSQL of the data directory
+# argv[2]. pg_ctl refuses to run as root, and EmbeddedPostgres runs it as the server's own
+# system user then. The broker that owns the server (it stops it at exit, its watchdog
+# restarts it when it dies) stays its owner across a stop and start made here.
+_PG = """
+import json, sys
+from pathlib import Path
+import psutil
+from broker.store.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError
+action, pgdata = sys.argv[1], Path(sys.argv[2])
+owner_file = Path(str(pgdata) + ".owner")
+
+def live_owner():
+    try:
+        owner = json.loads(owner_file.read_text())
+        if abs(psutil.Process(owner["pid"]).create_time() - owner["started"]) < 0.5:
+            return owner
+    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+        pass
+    return None
+
+if not (pgdata / "PG_VERSION").exists():
+    print(f"dev.py: there is no embedded PostgreSQL in {pgdata} (`python3 dev.py run` makes it)",
+          file=sys.stderr)
+    sys.exit(1)
+host, port = EmbeddedPostgres(pgdata).last_address() or ("127.0.0.1", 54329)
+pg = EmbeddedPostgres(pgdata, port=port, host=host)
+owner = live_owner()
+by = f"; its broker is pid {owner['pid']}" if owner else ""
+try:
+    if action == "status":
+        if pg.is_running():
+            print(f"dev.py: the embedded PostgreSQL of {pgdata} runs on {host}:{port}{by}")
+        else:
+            print(f"dev.py: the embedded PostgreSQL of {pgdata} is stopped (it listens on "
+                  f"{host}:{port} when started)")
+            sys.exit(3)
+    elif action == "stop":
+        if not pg.is_running():
+            print(f"dev.py: the embedded PostgreSQL of {pgdata} is not running")
+        else:
+            pg.stop()
+            if owner:  # still the broker's, which leaves a server stopped on purpose stopped
+                owner_file.write_text(json.dumps(owner))
+            print(f"dev.py: stopped the embedded PostgreSQL of {pgdata} ({host}:{port}){by}, "
+                  f"which spools pushes (answered buffered) until `python3 dev.py pg start`"
+                  if owner else f"dev.py: stopped the embedded PostgreSQL of {pgdata} "
+                  f"({host}:{port})")
+    elif pg.is_running():
+        print(f"dev.py: the embedded PostgreSQL of {pgdata} already runs on {host}:{port}")
+    else:
+        pg.start()
+        if owner:
+            owner_file.write_text(json.dumps(owner))
+        print(f"dev.py: started the embedded PostgreSQL of {pgdata} on {host}:{port}{by}, "
+              f"which reconnects and replays its spool by itself" if owner else
+              f"dev.py: started the embedded PostgreSQL of {pgdata} on {host}:{port}; "
+              f"`python3 dev.py pg stop` stops it (a broker started on it leaves it running)")
+except EmbeddedPostgresError as exc:
+    print(f"dev.py: {exc.summary}", file=sys.stderr)
+    sys.exit(1)
+"""
+
+
+def pg(rest: "list[str]") -> int:
+    """`dev.py pg start|stop|status`: the embedded PostgreSQL of EMBEDDED_PG_DIR (.queen/pgdata
+    by default, relative to the checkout as under `dev.py run`), for an outage drill."""
+    if len(rest) != 1 or rest[0] not in ("start", "stop", "status"):
+        print("usage: python3 dev.py pg start|stop|status   (the embedded PostgreSQL of "
+              "EMBEDDED_PG_DIR, default .queen/pgdata)", file=sys.stderr)
+        return 2
+    if not (BIN / "python").exists():
+        raise Failed(f"there is no {VENV} yet: `python3 dev.py run` makes it, and the embedded "
+                     "PostgreSQL")
+    pgdata = ROOT / os.environ.get("EMBEDDED_PG_DIR", str(STATE / "pgdata"))
+    return subprocess.run([str(BIN / "python"), "-c", _PG, rest[0], str(pgdata)],
+                          cwd=ROOT).returncode
+
+
 def spool_holder(lock: Path) -> "str | None":
     """The pid written in a spool directory's lock file while a live process holds it."""
     try:
@@ -213,7 +294,7 @@ def reset() -> int:
 
 
 def main() -> int:
-    commands = ("run", "test", "bench", "micro", "ha", "ctl", "reset", "schema")
+    commands = ("run", "test", "bench", "micro", "ha", "ctl", "reset", "schema", "pg")
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__, file=sys.stderr)
         return 2
@@ -228,6 +309,8 @@ def main() -> int:
 def command(command: str, rest: "list[str]") -> int:
     if command == "reset":
         return reset()
+    if command == "pg":
+        return pg(rest)
     if command == "run":
         ensure_venv("")
         argv = [str(BIN / "queen-broker"), *rest]

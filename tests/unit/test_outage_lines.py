@@ -45,8 +45,9 @@ def test_an_error_the_health_was_told_of_is_the_outage(lines):
     assert outage_level(told) == "DEBUG" and outage_level(other) == "WARNING"
     assert outage_level(other, "INFO") == "INFO"
     assert [line for line in lines if "unreachable" in line] == [
-        "WARNING database: unreachable (refused); pushes are spooled to disk, other requests "
-        "answer 503 until it is back\n"]
+        "WARNING database: unreachable (refused); pushes are answered buffered (spooled to "
+        "disk), other requests 503; the broker reconnects by itself once PostgreSQL is back "
+        "and replays the spool\n"]
 
 
 def test_the_return_of_the_database_is_told_to_its_listeners_once(lines):
