@@ -5,7 +5,8 @@
     python3 dev.py test     # ruff, mypy, then the whole test suite
     python3 dev.py bench    # run the load benchmarks in benchmarks/
     python3 dev.py micro    # pytest-benchmark micro benchmarks of in-process hot paths
-    python3 dev.py ha       # an HA pair (or --brokers 3) on loopback, see compose/local_ha.py
+    python3 dev.py ha       # an HA pair (or --brokers 3) on loopback, on a temporary database
+                            # (deleted at stop); `dev.py ha --help` for its ports
     python3 dev.py ctl ...  # queenctl, the operator's command line (e.g. `ctl status`)
     python3 dev.py reset    # stop what `run` left behind and delete .queen/ (all its data)
     python3 dev.py pg stop  # stop the embedded PostgreSQL under a running broker (an outage
