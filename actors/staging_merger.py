@@ -71,7 +71,7 @@ class StagingMerger(PeriodicActor):
         self.last_error: str | None = None
         self._last_warning = 0.0
         self._recent: deque[tuple[float, int]] = deque()  # (monotonic, rows taken) per batch
-        # the drain in progress: (monotonic start, merged, duplicates, late) at its start
+        # the drain in progress: (monotonic start, merged, duplicates, late, staged) at its start
         self._drain: tuple[float, int, int, int, int] | None = None
         self._emptied: float | None = None  # when staging was last seen empty in a drain
         self.last_drain: dict[str, Any] | None = None
