@@ -66,7 +66,7 @@ def check_venv() -> None:
     packages and binary wheels are that version's), or never finished (no install into it
     completed: the .installed-* stamps are written only after pip succeeds)."""
     if VENV.is_symlink() or not VENV.exists():
-        return  # a linked venv (a scratch copy of the checkout) is its owner's to rebuild
+        return  # a linked venv (a scratch copy of the checkout) is rebuilt where it lives
     here = sys.version_info[:2]
     made_by = venv_python()
     if made_by == here and any(VENV.glob(".installed-*")):
