@@ -71,8 +71,8 @@ class StagingMerger(PeriodicActor):
         self.last_error: str | None = None
         self._last_warning = 0.0
         self._recent: deque[tuple[float, int]] = deque()  # (monotonic, rows taken) per batch
-        # the drain in progress: (monotonic start, merged, duplicates, late) at its start
-        self._drain: tuple[float, int, int, int] | None = None
+        # the drain in progress: (monotonic start, merged, duplicates, late, staged) at its start
+        self._drain: tuple[float, int, int, int, int] | None = None
         self._emptied: float | None = None  # when staging was last seen empty in a drain
         self.last_drain: dict[str, Any] | None = None
 
@@ -134,22 +134,34 @@ class StagingMerger(PeriodicActor):
         return True
 
     def _drain_started(self) -> None:
-        self._drain = (time.monotonic(), self.merged, self.duplicates, self.order_exceptions)
-        logger.info("staging: drain started: {} staged event(s) in {} partition(s)",
+        self._drain = (time.monotonic(), self.merged, self.duplicates, self.order_exceptions,
+                       self.staged_events)
+        logger.info("staging: drain started: {} event(s) staged so far, in {} partition(s)",
                     self.staged_events, self.staged_partitions)
 
     def _drain_ended(self) -> None:
         assert self._drain is not None
-        since, merged, duplicates, late = self._drain
+        since, merged, duplicates, late, at_start = self._drain
         self._drain = None
+        # One drain takes in what is staged while it runs (the spool uploads file after
+        # file), and other brokers merge too: the end line says how its count relates to
+        # the start line's.
+        taken = self.merged - merged + self.duplicates - duplicates
+        if taken > at_start:
+            how = f"{at_start} staged when it started, {taken - at_start} more while it ran"
+        elif taken < at_start:
+            how = f"of {at_start} staged when it started; other brokers merged the rest"
+        else:
+            how = "all staged when it started"
         took = (self._emptied or time.monotonic()) - since  # to when staging emptied
         self.last_drain = {"mergedEvents": self.merged - merged,
                            "duplicatesDropped": self.duplicates - duplicates,
                            "orderExceptions": self.order_exceptions - late,
                            "seconds": round(took, 3)}
-        logger.info("staging: drain ended: {} event(s) merged here, {} duplicate(s) dropped, "
-                    "{} order exception(s), {:.1f} s", self.merged - merged,
-                    self.duplicates - duplicates, self.order_exceptions - late, took)
+        logger.info("staging: drain ended: {} event(s) taken here ({}): {} merged, {} "
+                    "duplicate(s) dropped; {} order exception(s), {:.1f} s", taken, how,
+                    self.merged - merged, self.duplicates - duplicates,
+                    self.order_exceptions - late, took)
 
     async def _merge_batch(self) -> int:
         """One batch; the rows it took out of staging (0: nothing was eligible here)."""

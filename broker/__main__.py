@@ -240,7 +240,8 @@ def _is_retryable(exc: BaseException) -> bool:
 
 
 async def wait_for_database(dsn: str, address: str, variables: str, *, wait_ms: int,
-                            connect_timeout_ms: int, tls: ssl.SSLContext | None = None) -> None:
+                            connect_timeout_ms: int, tls: ssl.SSLContext | None = None,
+                            settings: Settings | None = None) -> None:
     """Connect once (retrying for up to ``wait_ms``) and bring the schema up to date, so that
     an unreachable database, or one whose schema is newer than this broker, is one line here
     rather than a traceback from the server's start-up hook."""
@@ -274,9 +275,44 @@ async def wait_for_database(dsn: str, address: str, variables: str, *, wait_ms: 
             continue
         try:
             await migrate(conn)
+            if settings is not None:
+                await warn_if_shared(conn, settings)
         finally:
             await conn.close()
         return
+
+
+async def warn_if_shared(conn: asyncpg.Connection, settings: Settings) -> None:
+    """One WARNING when another broker already uses this database while this one has no mesh
+    peers, or no settle time (FILE_BUFFER_SETTLE_MS) for after a database restart: say what
+    to set. Brokers that start later see this one (each says it at its own boot)."""
+    from broker.store.boot import other_brokers
+    if settings.mesh_active and settings.settle_ms > 0:
+        return
+    try:
+        others = await other_brokers(conn)
+    except Exception as exc:  # a hint only: the boot goes on
+        logger.debug("could not list the other brokers on the database: {}", exc)
+        return
+    if not others:
+        return
+    who = ", ".join(f"{r['name'].removeprefix('queen-broker:')} ({r['address']}, "
+                    f"{r['connections']} connection(s))" for r in others)
+    settle = settings.db_connection_timeout + 3 * settings.file_buffer_flush_ms
+    advice = []
+    if settings.settle_ms == 0:
+        advice.append(f"set FILE_BUFFER_SETTLE_MS (e.g. {settle}, DB_CONNECTION_TIMEOUT + 3 x "
+                      f"FILE_BUFFER_FLUSH_MS) on every broker of this database, or per-partition "
+                      f"order may break after a database restart")
+    if not settings.mesh_active:
+        advice.append("set QUEEN_MESH_PEERS to the other brokers' mesh addresses (one "
+                      "QUEEN_SYNC_SECRET for all) so that a push taken by one wakes the pops "
+                      "parked on the others at once, not after POP_WAIT_MAX_INTERVAL_MS")
+    missing = " and ".join(
+        ([] if settings.mesh_active else ["no mesh peers"])
+        + (["no settle time (FILE_BUFFER_SETTLE_MS=0)"] if settings.settle_ms == 0 else []))
+    logger.warning("config: other brokers use this database ({}) and this one has {}: {}",
+                   who, missing, "; ".join(advice))
 
 
 async def migrate(conn: asyncpg.Connection) -> None:
@@ -322,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(wait_for_database(
             dsn, address, variables, wait_ms=settings.pg_connect_wait_ms,
             connect_timeout_ms=settings.db_connection_timeout,
-            tls=unverified_tls() if settings.pg_tls_unverified else None))
+            tls=unverified_tls() if settings.pg_tls_unverified else None, settings=settings))
         from broker.http.app import create_app
         try:
             app = create_app(settings, dsn)

@@ -36,9 +36,20 @@ from check_mesh import wait_for_mesh  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="HA brokers on loopback")
-    parser.add_argument("--brokers", type=int, default=2, choices=(1, 2, 3))
-    parser.add_argument("--base-port", type=int, default=6632)
+    parser = argparse.ArgumentParser(
+        prog="python3 dev.py ha",
+        description="HA brokers on loopback, meshed, on one PostgreSQL: a temporary embedded "
+                    "one, deleted when this stops (Ctrl-C), or the one PG_HOST/PG_PORT/PG_USER/"
+                    "PG_PASSWORD/PG_DB name, which is kept.",
+        epilog="Ports from --base-port B: broker a serves HTTP on B and the mesh on B+1, broker "
+               "b on B+10 and B+11, broker c on B+20 and B+21 (default: 6632/6633, 6642/6643, "
+               "6652/6653). Each broker's log and spool are in a new /tmp/queen-ha-* folder, "
+               "printed first and kept.")
+    parser.add_argument("--brokers", type=int, default=2, choices=(1, 2, 3),
+                        help="how many brokers (default 2)")
+    parser.add_argument("--base-port", type=int, default=6632, metavar="B",
+                        help="broker a's HTTP port; the others are 10 apart, each mesh port is "
+                             "its HTTP port + 1 (default 6632)")
     parser.add_argument("--check", action="store_true", help="assert the mesh is up, then stop")
     args = parser.parse_args()
     http_ports = [args.base_port + 10 * i for i in range(args.brokers)]
@@ -57,11 +68,15 @@ def main() -> int:
     if os.environ.get("PG_HOST"):
         db_env = {k: os.environ[k] for k in ("PG_HOST", "PG_PORT", "PG_USER", "PG_PASSWORD", "PG_DB")
                   if k in os.environ}
+        print(f"database: PG_HOST={db_env['PG_HOST']} (kept when this stops)", flush=True)
     else:
         from broker.store.embedded_pg import EmbeddedPostgres
         pg = EmbeddedPostgres(work / "pgdata", port=0)
         pg.start()
         db_env = {"PG_HOST": pg.host, "PG_PORT": str(pg.port)}
+        print(f"database: a temporary embedded PostgreSQL in {work / 'pgdata'} on "
+              f"{pg.host}:{pg.port}, deleted when this stops (set PG_HOST ... to keep the data "
+              f"in a PostgreSQL of your own)", flush=True)
     secret = os.environ.get("QUEEN_SYNC_SECRET") or secrets.token_hex(32)
     procs = []
     try:
@@ -102,6 +117,7 @@ def main() -> int:
         if pg is not None:
             pg.stop()
             shutil.rmtree(work / "pgdata", ignore_errors=True)
+            print(f"local_ha: deleted the temporary database {work / 'pgdata'}", flush=True)
         print(f"local_ha: brokers stopped; their logs are in {work}", flush=True)
 
 

@@ -26,6 +26,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -208,6 +209,20 @@ class EmbeddedPostgres:
     def is_running(self) -> bool:
         return self._postmaster()[0] is not None
 
+    def last_address(self) -> tuple[str, int] | None:
+        """(host, port) the server listened on when it last started (``postmaster.opts``, the
+        options PostgreSQL keeps of its last start, which ``pg_ctl restart`` reuses too), so
+        that a server stopped by hand starts again where its broker's pool looks for it."""
+        try:
+            opts = (self._data_dir / "postmaster.opts").read_text()
+        except OSError:
+            return None
+        port = re.search(r'"-p" "(\d+)"', opts)
+        host = re.search(r'"listen_addresses=([^"]+)"', opts)
+        if port is None:
+            return None
+        return (host[1] if host else self._host), int(port[1])
+
     def died(self) -> int | None:
         """The pid of a postmaster that is gone without shutting down (killed, crashed): its
         ``postmaster.pid`` is still there; None when it runs or was stopped (``pg_ctl stop``,
@@ -377,24 +392,33 @@ class Watchdog:
 
     A thread (the server's lifecycle calls block) looks every ``every_s``: a postmaster gone
     without shutting down (``EmbeddedPostgres.died``) is one WARNING line, then up to
-    ``attempts`` restarts ``backoff_s`` apart, doubling up to ``max_backoff_s``; one INFO
-    line when it is back (how long it was gone), one ERROR line when every attempt failed
-    (then it only watches: a server started again by hand is watched as before). A server
-    stopped on purpose is left stopped, and one this process does not own (another
-    broker's, or one that belongs to nobody here) is never restarted.
+    ``attempts`` restarts ``backoff_s`` apart, doubling up to ``max_backoff_s``, each failed
+    one an INFO line with the server's reason; one INFO line when it is back (how long it
+    was gone, and which attempt did it), one ERROR line when every attempt failed (then it
+    only watches: a server started again by hand is watched as before). The first attempt
+    waits (up to ``reap_wait_s``) for the dead postmaster's process to be reaped: until then
+    PostgreSQL takes its pid for a live server and refuses to start.
+
+    A server stopped on purpose (``pg_ctl stop``, ``python3 dev.py pg stop``) is left
+    stopped: one WARNING line says so and what starts it again, one INFO line when it runs
+    again. One this process does not own (another broker's, or one that belongs to nobody
+    here) is never restarted.
     """
 
     def __init__(self, pg: EmbeddedPostgres, *, every_s: float = 1.0, attempts: int = 5,
-                 backoff_s: float = 1.0, max_backoff_s: float = 30.0) -> None:
+                 backoff_s: float = 1.0, max_backoff_s: float = 30.0,
+                 reap_wait_s: float = 10.0) -> None:
         self.pg = pg
         self.every_s = every_s
         self.attempts = max(1, attempts)
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        self.reap_wait_s = reap_wait_s
         self.restarts = 0  # servers brought back
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._gave_up: int | None = None  # the dead pid every attempt failed for
+        self._stopped_at: float | None = None  # monotonic time a stop on purpose was seen
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="embedded-pg-watchdog",
@@ -419,15 +443,18 @@ class Watchdog:
         """One look: restart a dead server this process owns."""
         if not self.pg.owned:
             return
-        pid = self.pg.died()
-        if pid is None or pid == self._gave_up:
-            if pid is None:
-                self._gave_up = None
-            return
         address = f"{self.pg.host}:{self.pg.port}"
+        pid = self.pg.died()
+        if pid is None:
+            self._gave_up = None
+            self._note_stopped_on_purpose(address)
+            return
+        if pid == self._gave_up:
+            return
         logger.warning("embedded PostgreSQL on {} died (postmaster pid {} is gone, not shut "
                        "down); this broker started it and restarts it now", address, pid)
         gone_at, wait, last = time.monotonic(), self.backoff_s, ""
+        self._wait_reaped(pid)
         for attempt in range(1, self.attempts + 1):
             if self._stop.is_set():
                 return
@@ -435,8 +462,9 @@ class Watchdog:
                 self.pg.start()
             except EmbeddedPostgresError as exc:
                 last = exc.summary
-                logger.debug("embedded PostgreSQL restart {}/{} failed: {}", attempt,
-                             self.attempts, last)
+                logger.info("embedded PostgreSQL restart attempt {}/{} failed ({}){}", attempt,
+                            self.attempts, last,
+                            f"; next in {wait:g} s" if attempt < self.attempts else "")
             else:
                 if not self.pg.owned:  # another broker on this directory started it first
                     logger.info("embedded PostgreSQL on {} runs again after {:.1f} s, started "
@@ -456,3 +484,28 @@ class Watchdog:
         logger.error("embedded PostgreSQL on {} could not be restarted ({} attempts; last: {}); "
                      "pushes stay spooled until it runs again: start it, or restart the broker",
                      address, self.attempts, last)
+
+    def _wait_reaped(self, pid: int) -> None:
+        """Until the dead postmaster's process is gone (a zombie until its parent reaps it;
+        PostgreSQL's lock-file check takes any process with that pid for a live server), at
+        most ``reap_wait_s``."""
+        deadline = time.monotonic() + self.reap_wait_s
+        while psutil.pid_exists(pid) and time.monotonic() < deadline:
+            if self._stop.wait(0.05):
+                return
+
+    def _note_stopped_on_purpose(self, address: str) -> None:
+        """A server shut down cleanly while this broker runs was stopped by someone (this
+        broker stops its own only at exit, after the watchdog): say once that it stays
+        stopped and what starts it; once more when it runs again."""
+        running = self.pg.is_running()
+        if not running and self._stopped_at is None:
+            self._stopped_at = time.monotonic()
+            logger.warning("embedded PostgreSQL on {} ({}) was shut down, not by this broker: it "
+                           "stays stopped until it is started again (python3 dev.py pg start, "
+                           "or restart this broker); pushes are spooled meanwhile and the "
+                           "broker reconnects by itself", address, self.pg.data_dir)
+        elif running and self._stopped_at is not None:
+            logger.info("embedded PostgreSQL on {} runs again, {:.1f} s after it was shut down",
+                        address, time.monotonic() - self._stopped_at)
+            self._stopped_at = None

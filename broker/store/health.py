@@ -61,8 +61,9 @@ class DatabaseHealth:
         if self.down_since is None:
             self.down_since = time.monotonic()
             self.failed_calls = self.spooled_items = 0
-            logger.warning("database: unreachable ({}); pushes are spooled to disk, other "
-                           "requests answer 503 until it is back", exc)
+            logger.warning("database: unreachable ({}); pushes are answered buffered "
+                           "(spooled to disk), other requests 503; the broker reconnects by "
+                           "itself once PostgreSQL is back and replays the spool", exc)
         self.failed_calls += 1
 
     def spooled(self, items: int) -> None:

@@ -113,6 +113,12 @@ async def test_a_killed_postmaster_is_restarted_and_the_gap_s_pushes_arrive(tmp,
     assert len(died) == 1 and " WARNING " in died[0] and "restarts it" in died[0], log
     back = [line for line in log.splitlines() if BACK in line]
     assert len(back) == 1 and " INFO " in back[0], log
+    # The attempt it names follows the failed ones the log told of: the first line about a
+    # restart is attempt 1 (the first attempt waits for the dead postmaster to be reaped,
+    # which PostgreSQL otherwise takes for a live one).
+    failed = [line for line in log.splitlines() if "restart attempt" in line and "failed" in line]
+    assert f"(restart attempt {len(failed) + 1})" in back[0], log
+    assert failed == [], log
     assert EmbeddedPostgres(data_dir).is_running()
     b.stop()
     assert "stopping embedded PostgreSQL" in b.log()

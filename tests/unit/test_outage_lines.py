@@ -45,8 +45,9 @@ def test_an_error_the_health_was_told_of_is_the_outage(lines):
     assert outage_level(told) == "DEBUG" and outage_level(other) == "WARNING"
     assert outage_level(other, "INFO") == "INFO"
     assert [line for line in lines if "unreachable" in line] == [
-        "WARNING database: unreachable (refused); pushes are spooled to disk, other requests "
-        "answer 503 until it is back\n"]
+        "WARNING database: unreachable (refused); pushes are answered buffered (spooled to "
+        "disk), other requests 503; the broker reconnects by itself once PostgreSQL is back "
+        "and replays the spool\n"]
 
 
 def test_the_return_of_the_database_is_told_to_its_listeners_once(lines):
@@ -113,7 +114,10 @@ async def test_a_staging_drain_that_empties_between_files_is_one_drain(lines, mo
         await ref.stop(block=False)
     drain = [line for line in lines if "staging: drain" in line]
     assert len(drain) == 2, drain
-    assert "drain started" in drain[0] and "12 event(s) merged here" in drain[1], drain
+    # The end's count is the start's plus what was staged while it ran, and says so.
+    assert "drain started: 5 event(s) staged so far, in 1 partition(s)" in drain[0], drain
+    assert "drain ended: 12 event(s) taken here (5 staged when it started, 7 more while it " \
+        "ran): 12 merged, 0 duplicate(s) dropped;" in drain[1], drain
 
 
 def test_the_drained_line_counts_from_the_first_spooled_push(lines):
