@@ -280,6 +280,8 @@ defaults) and make sure its Default partition exists."""
 
 QUEUE_BY_NAME = "SELECT * FROM queen.queues WHERE name = $1"
 
+QUEUE_EXISTS = "SELECT EXISTS (SELECT 1 FROM queen.queues WHERE name = $1)"
+
 DELETE_QUEUE = """
 WITH gone AS (DELETE FROM queen.queues WHERE name = $1 RETURNING 1)
 SELECT count(*) > 0 FROM gone
