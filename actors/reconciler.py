@@ -40,6 +40,10 @@ class QueueConfigCache:
         # once, changed only by deleting the group, which clears it here (and the periodic
         # clear heals the other brokers).
         self.group_policies: dict[tuple[str, str], bool] = {}
+        # Queues an empty pop found in queen.queues: a later empty pop of one answers without
+        # asking again. Positive only, and dropped with the rest (a deleted queue is forgotten
+        # here at once, and on the other brokers at the periodic clear).
+        self.queues_seen: set[str] = set()
         self.hits = 0
         self.misses = 0
 
@@ -57,11 +61,13 @@ class QueueConfigCache:
 
     def forget(self, queue: str) -> None:
         self._flags.pop(queue, None)
+        self.queues_seen.discard(queue)
 
     def clear(self) -> None:
         self._flags.clear()
         self.subscriptions_stored.clear()
         self.group_policies.clear()
+        self.queues_seen.clear()
 
     def stats(self) -> dict[str, Any]:
         total = self.hits + self.misses

@@ -7,7 +7,10 @@ import sys
 import click
 
 from queenctl import client, operator  # noqa: F401  (operator registers its command groups)
-from queenctl.commands import cli
+from queenctl.commands import accept_global_options, cli
+
+# --json, --url, --token and --timeout after any subcommand as well as before it.
+accept_global_options(cli)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,19 +43,29 @@ def json_value(text: str, what: str) -> Any:
         raise click.BadParameter(f"not JSON ({exc.msg})", param_hint=what) from None
 
 
+GLOBAL_HELP = {
+    "url": "The broker's base URL (or QUEEN_URL).",
+    "token": "JWT bearer token, for a broker with JWT_ENABLED (or QUEEN_TOKEN).",
+    "timeout": "Seconds to wait for each answer.",
+    "json": "Print the broker's JSON answer instead of a table.",
+}
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--url", envvar="QUEEN_URL", default=DEFAULT_URL, show_default=True,
-              help="The broker's base URL (or QUEEN_URL).")
-@click.option("--token", envvar="QUEEN_TOKEN", default=None,
-              help="JWT bearer token, for a broker with JWT_ENABLED (or QUEEN_TOKEN).")
+              help=GLOBAL_HELP["url"])
+@click.option("--token", envvar="QUEEN_TOKEN", default=None, help=GLOBAL_HELP["token"])
 @click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(min=0.1),
-              help="Seconds to wait for each answer.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the broker's JSON answer instead of a table.")
+              help=GLOBAL_HELP["timeout"])
+@click.option("--json", "as_json", is_flag=True, help=GLOBAL_HELP["json"])
 @click.version_option(package_name="queen-broker", prog_name="queenctl")
 @click.pass_context
 def cli(ctx: click.Context, url: str, token: str | None, timeout: float, as_json: bool) -> None:
     """Operate a queen-broker over its HTTP API.
+
+    \b
+    The options above (--url, --token, --timeout, --json) are accepted after any
+    subcommand too: `queenctl pop Q --json` is `queenctl --json pop Q`.
 
     \b
     Exit codes: 0 done; 1 the broker refused or the operation failed; 2 bad command line;
@@ -64,6 +75,45 @@ def cli(ctx: click.Context, url: str, token: str | None, timeout: float, as_json
     """
     ctx.obj = State(url, token, timeout, as_json)
     ctx.call_on_close(lambda: ctx.obj._broker.close() if ctx.obj._broker else None)
+
+
+def _set_global(field: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    """A global option given after a subcommand: it overrides the group's value (the group's
+    callback has made the State by then; the broker connection is made on first use)."""
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        if value is None or value is False:  # not given here: the group's value stands
+            return
+        state = ctx.find_object(State)
+        if state is not None:  # None only for --help, which runs before the group's callback
+            setattr(state, field, value)
+    return callback
+
+
+def _global_options() -> list[click.Option]:
+    """The group's options as a subcommand accepts them: no default and no envvar (those
+    are the group's), so they change the State only when written after the subcommand."""
+    return [
+        click.Option(["--url"], default=None, expose_value=False, callback=_set_global("url"),
+                     help=GLOBAL_HELP["url"]),
+        click.Option(["--token"], default=None, expose_value=False,
+                     callback=_set_global("token"), help=GLOBAL_HELP["token"]),
+        click.Option(["--timeout"], default=None, type=click.FloatRange(min=0.1),
+                     expose_value=False, callback=_set_global("timeout"),
+                     help=GLOBAL_HELP["timeout"]),
+        click.Option(["--json"], is_flag=True, default=False, expose_value=False,
+                     callback=_set_global("json"), help=GLOBAL_HELP["json"]),
+    ]
+
+
+def accept_global_options(group: click.Group) -> None:
+    """Give every subcommand (and sub-group) below ``group`` the global options, so they work
+    before or after the subcommand alike. Run once every command is registered (__main__)."""
+    for command in group.commands.values():
+        names = {opt for p in command.params for opt in getattr(p, "opts", ())}
+        if "--json" not in names:
+            command.params.extend(_global_options())
+        if isinstance(command, click.Group):
+            accept_global_options(command)
 
 
 # -- status, peers, api --------------------------------------------------------------
@@ -206,8 +256,9 @@ def queues_configure(ctx: click.Context, queue: str, namespace: str | None, task
                      options: tuple[str, ...]) -> None:
     """Create QUEUE or change its options (options left out keep their value).
 
-    Exit 1 when the broker ignored an option it was sent (a misspelt name, or a value it
-    does not act on; its warnings on stderr): the other options were applied."""
+    Options the broker stored but does not act on (e.g. ttl) are warned about on stderr;
+    the exit code is still 0, since what was asked is stored. Exit 1 when an option was not
+    stored (a misspelt name, or deadLetterQueue=false): the other options were."""
     parsed: dict[str, Any] = {}
     for item in options:
         name, sep, value = item.partition("=")
@@ -223,11 +274,19 @@ def queues_configure(ctx: click.Context, queue: str, namespace: str | None, task
     emit(ctx, answer, lambda a: f"configured {a['queue']}: " + " ".join(
         f"{k}={v}" for k, v in a["options"].items()))
     ignored = (answer.get("ignored") or []) if isinstance(answer, dict) else []
-    if ignored:  # applied what it could, but not all that was asked: not a success
-        for warning in answer.get("warnings") or ():
-            click.echo(f"queenctl: warning: {warning}", err=True)
-        raise CtlError(f"the broker ignored {len(ignored)} option(s): {', '.join(ignored)} "
-                       "(the other options were applied)", client.FAILED)
+    if not ignored:
+        return
+    # The answer's `ignored` names every option the broker does not act on, whether it
+    # stored it (ttl, priority: kept and shown) or not (an unknown name). What was stored
+    # is in the answer's `options` with the value sent: only the rest is a failure.
+    stored = answer.get("options") or {}
+    for warning in answer.get("warnings") or ():
+        click.echo(f"queenctl: warning: {warning}", err=True)
+    not_stored = [name for name in ignored
+                  if name not in stored or name not in parsed or stored[name] != parsed[name]]
+    if not_stored:
+        raise CtlError(f"the broker did not store {len(not_stored)} option(s): "
+                       f"{', '.join(not_stored)} (the other options were stored)", client.FAILED)
 
 
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
@@ -284,24 +343,50 @@ def push(ctx: click.Context, queue: str, payload: str | None, partition: str,
 @click.option("--batch", "-n", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--wait", is_flag=True, help="Long poll until a message arrives.")
 @click.option("--wait-ms", default=10000, show_default=True, help="Long-poll limit.")
-@click.option("--ack", "auto_ack", is_flag=True, help="Acknowledge on delivery.")
+@click.option("--ack", "ack_them", is_flag=True,
+              help="Acknowledge what was popped (an ack under the pop's lease, as a consumer "
+                   "would; counted as acks).")
 @click.pass_context
 def pop(ctx: click.Context, queue: str, partition: str | None, group: str | None, batch: int,
-        wait: bool, wait_ms: int, auto_ack: bool) -> None:
+        wait: bool, wait_ms: int, ack_them: bool) -> None:
     """Pop messages (each gets a lease; `queenctl ack` or --ack settles them).
-    Exit 3 when nothing was there."""
+    Exit 3 when nothing was there, or when there is no such queue (said on stderr)."""
     path = f"/api/v1/pop/queue/{seg(queue)}"
     if partition:
         path += f"/partition/{seg(partition)}"
+    # --ack pops under a lease and acknowledges afterwards, as the client's consumers do.
+    # Not the wire's autoAck (the client's commit_on_delivery()): that moves the cursor at
+    # delivery and is no ack, so the broker's ack figures would never see these messages.
     answer = call(ctx, "GET", path, params={
-        "consumerGroup": group, "batch": batch, "wait": wait, "timeout": wait_ms,
-        "autoAck": auto_ack})
+        "consumerGroup": group, "batch": batch, "wait": wait, "timeout": wait_ms})
+    messages = [m for m in answer.get("messages") or [] if m]
+    acks = _ack_popped(ctx, group, messages) if ack_them and messages else None
+    if acks is not None:
+        answer = {**answer, "acks": acks}
     emit(ctx, answer, lambda a: table(a.get("messages", []), [
         ("partition", "partition"), ("partition id", "partitionId"),
         ("transaction", "transactionId"), ("lease", "leaseId"), ("data", "data")],
         empty="(no message)"))
-    if not answer.get("messages"):
+    if acks is not None:
+        failed = [r for r in acks if not isinstance(r, dict) or not r.get("success")
+                  or r.get("error")]
+        if failed:
+            raise CtlError(f"popped {len(messages)} message(s) but {len(failed)} ack(s) failed: "
+                           + "; ".join(str(r.get("error") if isinstance(r, dict) else r)
+                                       for r in failed), client.FAILED)
+    if not messages:
+        if answer.get("queueExists") is False:  # the broker's word: the queue is not there
+            click.echo(f"queenctl: no such queue: {queue}", err=True)
         sys.exit(client.NOT_FOUND)
+
+
+def _ack_popped(ctx: click.Context, group: str | None, messages: list[dict]) -> list:
+    """Acknowledge popped messages in one ack/batch, each under its lease."""
+    items = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+              "status": "completed", **({"leaseId": m["leaseId"]} if m.get("leaseId") else {})}
+             for m in messages]
+    return call(ctx, "POST", "/api/v1/ack/batch",
+                body={"consumerGroup": group, "acknowledgments": items})
 
 
 @cli.command()

@@ -11,9 +11,8 @@ from typing import Any
 import ujson
 
 from actors.spool import RejectedEvents, accepted_at, spool_file_key
-from broker.core.ids import new_uuid7
 from broker.service.context import BrokerContext
-from broker.service.push import wake_after_commit
+from broker.service.push import spooled_message_id, wake_after_commit
 from broker.store.errors import StoreBusy, StoreUnavailable
 
 
@@ -21,7 +20,7 @@ def _record(spool_id: str, file_ms: int, file_seq: int, index: int, event: Mappi
             payload: Any, encrypted: bool) -> tuple:
     trace = event.get("traceId")
     return (accepted_at(event), spool_id, file_ms, file_seq, index, event["queue"],
-            event.get("partition") or "Default", uuid.UUID(new_uuid7()),
+            event.get("partition") or "Default", uuid.UUID(spooled_message_id(event)),
             event["transactionId"], uuid.UUID(trace) if trace else None,
             ujson.dumps(payload, escape_forward_slashes=False), encrypted, event.get("producerSub"))
 

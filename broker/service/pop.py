@@ -56,11 +56,45 @@ class PopResult:
     gave (``window_buffer``, ``lease_held``, ``partition_not_found``). ``sizing``: set
     when the pop engaged autopilot. ``conflation``: the group's stored policy on the queue
     (docs/wire-contract.md §5.8), None when not known (queue mode, a discovery pop, or the
-    database never answered)."""
+    database never answered). ``queue_missing``: an empty wildcard pop of a queue that
+    does not exist."""
     popped: Popped | None
     empty: str = "empty"
     sizing: Sizing | None = None
     conflation: bool | None = None
+    queue_missing: bool = False
+
+
+# A pop of a queue that does not exist (a misspelt name) finds nothing, as an empty queue
+# does. It is told apart in the answer (docs/wire-contract.md §5.4: queueExists false) and
+# in one warning line per queue a minute, never by a 404: the official client's consume()
+# loop re-raises any HTTP error of a pop other than 429 and stops, so a consumer started
+# before its queue's first push or configure would die. The answer stays the 200 the
+# clients read as "no messages".
+_MISSING_LINES = Throttle(60.0)
+
+
+async def _missing(ctx: BrokerContext, req: PopRequest, popped: Popped | None,
+                   empty: str) -> bool:
+    """Whether an empty wildcard pop of a named queue found no such queue (False when it
+    took messages, or the database cannot say)."""
+    if popped is not None or req.queue is None or req.partition is not None or empty != "empty":
+        return False
+    seen = ctx.queue_cache.queues_seen
+    if req.queue in seen:
+        return False
+    try:
+        exists = await ctx.store.queue_exists(req.queue)
+    except StoreUnavailable:
+        return False
+    if exists:
+        seen.add(req.queue)
+        return False
+    dropped = _MISSING_LINES.allow(req.queue)
+    if dropped is not None:
+        logger.warning("pop on {!r}: no such queue (nothing was pushed to or configured "
+                       "under that name; misspelt?){}", req.queue, dropped_note(dropped))
+    return True
 
 
 async def pop(ctx: BrokerContext, req: PopRequest) -> PopResult:
@@ -71,7 +105,8 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> PopResult:
         popped = await _with_handles(ctx, req, await attempts([]))
         _count(req, popped)
         return PopResult(popped, attempts.empty, await _sizing(ctx, attempts, popped),
-                         attempts.conflation)
+                         attempts.conflation,
+                         await _missing(ctx, req, popped, attempts.empty))
     settings = ctx.settings
     deadline = time.monotonic() + req.timeout_ms / 1000
     telemetry.long_polls_in_flight += 1
@@ -98,7 +133,7 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> PopResult:
     popped = await _with_handles(ctx, req, popped)
     _count(req, popped)
     return PopResult(popped, attempts.empty, await _sizing(ctx, attempts, popped),
-                     attempts.conflation)
+                     attempts.conflation, await _missing(ctx, req, popped, attempts.empty))
 
 
 async def _with_handles(ctx: BrokerContext, req: PopRequest, popped: Popped | None

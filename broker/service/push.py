@@ -6,6 +6,7 @@ partition (``staged``, answered ``buffered``; docs/spool-drain.md)."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -14,7 +15,7 @@ from loguru import logger
 from actors.spool import SpoolError, SpoolFull
 from broker.core.domain import PushItem, PushRow
 from broker.core.errors import BadRequest
-from broker.core.ids import new_uuid7
+from broker.core.ids import is_uuid, new_uuid7
 from broker.core.telemetry import telemetry
 from broker.core.validate import Invalid, check_name
 from broker.service.context import BrokerContext
@@ -30,7 +31,8 @@ class ItemOutcome:
     queen.staged, behind spooled pushes to its partition), ``spooled`` (in this
     broker's spool), ``refused`` (its queue's maxSize: ``error`` says why) or ``failed``
     (the spool could not take it). ``message_id`` and ``partition_id`` for the items
-    PostgreSQL stored; ``message_id`` alone for a staged one."""
+    PostgreSQL stored; ``message_id`` alone for a staged or spooled one: the id the
+    message is stored under later."""
     item: PushItem
     status: str
     message_id: str | None = None
@@ -168,15 +170,19 @@ async def _spool(ctx: BrokerContext, items: list[PushItem], rows: list[PushRow] 
     """Accept a push into the node-local spool: ``spooled`` per item; ``full``
     when the spool is at its cap, or ``failed`` for every item when it cannot
     write (nothing half-kept)."""
-    problem = await _to_spool(ctx, items, rows, producer_sub)
+    # The id each item is answered with is minted now and spooled with it: the drain
+    # stores the message under that id (service/drain.py), as a queued push's is.
+    ids = [row.message_id for row in rows] if rows else [new_uuid7() for _ in items]
+    problem = await _to_spool(ctx, items, rows, ids, producer_sub)
     if problem is not None:
         kind, error = problem
         return PushOutcome(kind, [ItemOutcome(i, "failed") for i in items], error)
-    return PushOutcome("buffered", [ItemOutcome(i, "spooled") for i in items])
+    return PushOutcome("buffered", [ItemOutcome(i, "spooled", mid) for i, mid in zip(items, ids)])
 
 
 async def _to_spool(ctx: BrokerContext, items: list[PushItem], rows: list[PushRow] | None,
-                    producer_sub: str | None) -> tuple[Literal["full", "failed"], str] | None:
+                    ids: list[str], producer_sub: str | None
+                    ) -> tuple[Literal["full", "failed"], str] | None:
     """Append one push to the spool; None when it is on disk, else why not.
     When the payloads were already encrypted (the queue's flag was known) the
     envelope is spooled; otherwise the drain encrypts at replay."""
@@ -184,7 +190,7 @@ async def _to_spool(ctx: BrokerContext, items: list[PushItem], rows: list[PushRo
     for n, item in enumerate(items):
         row = rows[n] if rows else None
         events.append({"queue": item.queue, "partition": item.partition,
-                       "transactionId": item.transaction_id,
+                       "transactionId": item.transaction_id, "messageId": ids[n],
                        "payload": row.payload if row else item.payload,
                        "encrypted": bool(row and row.encrypted),
                        "traceId": item.trace_id,
@@ -207,6 +213,13 @@ async def _to_spool(ctx: BrokerContext, items: list[PushItem], rows: list[PushRo
     return None
 
 
+def spooled_message_id(event: Mapping[str, Any]) -> str:
+    """The id a spooled push was answered with (``messageId``), or a new one for an event
+    spooled before the spool kept ids (or holding no UUID there)."""
+    mid = event.get("messageId")
+    return str(mid) if is_uuid(mid) else new_uuid7()
+
+
 async def push_spooled(ctx: BrokerContext, events: list[dict]) -> list[Any]:
     """Push spooled events directly (an operator replaying a quarantined
     event): transactionIds kept, payloads of encrypted queues sealed when they
@@ -221,7 +234,7 @@ async def push_spooled(ctx: BrokerContext, events: list[dict]) -> list[Any]:
         if not encrypted and cipher is not None and flags.get(e["queue"], False):
             payload, encrypted = cipher.encrypt(payload), True
         rows.append(PushRow(queue=e["queue"], partition=e.get("partition") or "Default",
-                            message_id=new_uuid7(), transaction_id=e["transactionId"],
+                            message_id=spooled_message_id(e), transaction_id=e["transactionId"],
                             trace_id=e.get("traceId"), payload=payload, encrypted=encrypted,
                             producer_sub=e.get("producerSub")))
     results = await ctx.store.push(rows)

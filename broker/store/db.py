@@ -143,6 +143,10 @@ class Store:
         async with self.connection() as conn:
             return await conn.fetch(sql.LIST_QUEUES)
 
+    async def queue_exists(self, queue: str) -> bool:
+        async with self.connection() as conn:
+            return bool(await conn.fetchval(sql.QUEUE_EXISTS, queue))
+
     async def queue_detail(self, queue: str) -> tuple[asyncpg.Record | None, list[asyncpg.Record]]:
         async with self.connection() as conn:
             q = await conn.fetchrow(sql.QUEUE_BY_NAME, queue)

@@ -229,8 +229,10 @@ QUEUE_OPTIONS = (
     ("retryDelay", "retry_delay", "integer", 0),  # 1000 before 0011, never applied
     ("maxSize", "max_size", "integer", 0),
     ("ttl", "ttl", "integer", 3600),
-    ("deadLetterQueue", "dead_letter_queue", "boolean", False),
-    ("dlqAfterMaxRetries", "dlq_after_max_retries", "boolean", False),
+    # Dead-lettering past retryLimit is always on: true is the truth (migration 0016), and
+    # configure never stores false (broker/http/wire/queues.py).
+    ("deadLetterQueue", "dead_letter_queue", "boolean", True),
+    ("dlqAfterMaxRetries", "dlq_after_max_retries", "boolean", True),
     ("delayedProcessing", "delayed_processing", "integer", 0),
     ("windowBuffer", "window_buffer", "integer", 0),
     ("retentionSeconds", "retention_seconds", "integer", 0),
@@ -277,6 +279,8 @@ CONFIGURE_QUEUE = _configure_queue_sql()
 defaults) and make sure its Default partition exists."""
 
 QUEUE_BY_NAME = "SELECT * FROM queen.queues WHERE name = $1"
+
+QUEUE_EXISTS = "SELECT EXISTS (SELECT 1 FROM queen.queues WHERE name = $1)"
 
 DELETE_QUEUE = """
 WITH gone AS (DELETE FROM queen.queues WHERE name = $1 RETURNING 1)

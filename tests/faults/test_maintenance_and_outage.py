@@ -54,6 +54,19 @@ async def stored(db: Database, queue: str) -> list[tuple[str, str]]:
         await conn.close()
 
 
+async def stored_ids(db: Database, queue: str) -> dict[str, str]:
+    """transactionId -> message id of every stored message of ``queue``."""
+    conn = await asyncpg.connect(db.dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT m.transaction_id, m.id FROM queen.messages m "
+            "JOIN queen.partitions p ON p.id = m.partition_id "
+            "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1", queue)
+        return {r["transaction_id"]: str(r["id"]) for r in rows}
+    finally:
+        await conn.close()
+
+
 async def stored_at_least(db: Database, queue: str, n: int, timeout: float) -> None:
     """Wait until ``n`` messages of ``queue`` are stored (a spool drains in the background)."""
     async def enough() -> bool:
@@ -102,18 +115,39 @@ async def test_pushes_during_maintenance_are_buffered_then_land_in_order(db, bro
     assert await stored(db, queue_name) == sorted(expected, key=lambda x: x[0])
 
 
+async def test_a_buffered_push_answers_the_id_it_is_popped_with_after_the_drain(
+        db, brokers, queue_name):
+    """A push spooled under maintenance answers a message_id, as a queued one does; the
+    drain stores it under that id, so a pop hands it out with it."""
+    b = brokers(db)
+    assert maintenance(b.url, True).json()["maintenanceMode"] is True
+    try:
+        r = push(b.url, queue_name, "p", ["m-0", "m-1"])
+        assert r.status_code == 201
+        answered = {x["transactionId"]: x["message_id"] for x in r.json()}
+        assert {x["status"] for x in r.json()} == {"buffered"}
+        assert len(set(answered.values())) == 2 and all(answered.values())
+    finally:
+        maintenance(b.url, False)
+    await stored_at_least(db, queue_name, 2, 15)
+    popped = httpx.get(f"{b.url}/api/v1/pop/queue/{queue_name}", params={"batch": 10},
+                       timeout=10).json()["messages"]
+    assert {m["transactionId"]: m["id"] for m in popped} == answered
+
+
 async def test_pushes_while_postgres_is_down_are_buffered_and_arrive_once(db, brokers, queue_name):
     """Invariant 42, and recovery without a restart."""
     b = brokers(db, DB_CONNECTION_TIMEOUT="500")
     assert push(b.url, queue_name, "p", ["before"]).status_code == 200
     db.embedded.stop(mode="immediate")
     try:
-        buffered = []
+        buffered, answered_ids = [], {}
         for i in range(10):
             r = push(b.url, queue_name, "p", [f"down-{i}"])
             assert r.status_code == 201, r.text
             assert r.json()[0]["status"] == "buffered"
             buffered.append(f"down-{i}")
+            answered_ids[f"down-{i}"] = r.json()[0]["message_id"]
         # Non-waiting pops and acks answer 503 with a clear error while it is down.
         r = httpx.get(f"{b.url}/api/v1/pop/queue/{queue_name}", timeout=10)
         assert r.status_code == 503 and "error" in r.json()
@@ -124,6 +158,9 @@ async def test_pushes_while_postgres_is_down_are_buffered_and_arrive_once(db, br
     await stored_at_least(db, queue_name, 11, 30)
     got = [t for _, t in await stored(db, queue_name)]
     assert got == ["before", *buffered]
+    # each stored under the id its buffered answer gave
+    assert {t: i for t, i in (await stored_ids(db, queue_name)).items()
+            if t != "before"} == answered_ids
     # Recovered by itself: normal pushes are queued again.
     assert push(b.url, queue_name, "p", ["after"]).json()[0]["status"] == "queued"
 

@@ -15,6 +15,7 @@ import pytest
 from queen import Queen
 
 from tests.conftest import db_fetch
+from tests.waiting import wait_until_async
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -358,3 +359,46 @@ def test_head_on_a_pop_route_takes_nothing(http, queue_name):
     assert http.head(f"/api/v1/pop/queue/{queue_name}").status_code == 405
     got = http.get(f"/api/v1/pop/queue/{queue_name}", params={"wait": "false"}).json()
     assert [m["data"] for m in got["messages"]] == ["m"]
+
+
+# -- a pop of a queue that does not exist -------------------------------------------------
+
+def test_pop_of_a_missing_queue_says_so_in_a_200_the_clients_read_as_empty(
+        http, broker, queue_name):
+    """A misspelt queue answers the empty pop's 200 with queueExists: false, waiting or not,
+    and logs a warning naming it; an empty queue that exists answers without the key."""
+    missing = f"{queue_name}-nowhere"
+    r = http.get(f"/api/v1/pop/queue/{missing}")
+    assert r.status_code == 200
+    assert r.json() == {"success": False, "error": "no_available_partition", "messages": [],
+                        "queueExists": False}
+    r = http.get(f"/api/v1/pop/queue/{missing}", params={"wait": "true", "timeout": 200})
+    assert r.status_code == 200 and r.json()["queueExists"] is False
+    assert f"pop on '{missing}': no such queue" in broker.log()
+    http.post("/api/v1/configure", json={"queue": queue_name}).raise_for_status()
+    for _ in range(2):  # the second answered from the cache of queues seen
+        r = http.get(f"/api/v1/pop/queue/{queue_name}")
+        assert r.status_code == 200 and "queueExists" not in r.json()
+
+
+async def test_the_official_client_pops_and_consumes_a_missing_queue_unchanged(
+        client, http, broker, queue_name):
+    """queen-mq 2.6 reads the missing queue's answer as no message: a consume() started
+    before its queue exists keeps polling (a 404 would stop it), then gets the queue's first
+    message; pop() gives []."""
+    seen: list = []
+
+    async def handler(message):
+        seen.append(message["data"])
+
+    async def consume() -> None:
+        await client.queue(queue_name).batch(1).limit(1).timeout_millis(300).consume(handler)
+
+    consumer = asyncio.create_task(consume())
+    await wait_until_async(lambda: f"pop on '{queue_name}': no such queue" in broker.log(), 30,
+                           "the consumer's pop answered: no such queue", interval=0.1)
+    assert not consumer.done()
+    push(http, queue_name, [{"first": True}])
+    await asyncio.wait_for(consumer, 30)
+    assert seen == [{"first": True}]
+    assert await client.queue(f"{queue_name}-nowhere").batch(1).pop() == []

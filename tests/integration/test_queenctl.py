@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import asyncpg
+import httpx
 import jwt
 import pytest
 
@@ -129,6 +130,76 @@ def test_queue_lifecycle_push_pop_ack(ctl):
     assert code == 0 and f"deleted {queue}" in out
     code, out, err = ctl("queues", "delete", queue, "--yes")
     assert code == client.NOT_FOUND
+
+
+def _acks_counted(url: str) -> int:
+    """Every ack the broker applied since it started (what the dashboard's "acked" sums)."""
+    by_status = httpx.get(f"{url}/metrics", timeout=10).json()["messages"]["byStatus"]
+    return sum(v for k, v in by_status.items() if k.startswith("acked_")) + by_status.get("dlq", 0)
+
+
+def test_global_options_work_after_the_subcommand(ctl):
+    queue = f"ctl-{uuid.uuid4().hex[:8]}"
+    code, out, err = ctl("queues", "configure", queue, "-o", "leaseTime=30", "--json")
+    assert code == 0 and json.loads(out)["options"]["leaseTime"] == 30, err
+    code, out, err = ctl("push", queue, '{"n": 1}', "--json")
+    assert code == 0 and json.loads(out)[0]["status"] == "queued", err
+    code, out, err = ctl("pop", queue, "--json", "-g", "g1")
+    assert code == 0 and json.loads(out)["messages"][0]["data"] == {"n": 1}, err
+    code, out, _ = ctl("queues", "--json", "list")  # after a group, before its subcommand
+    assert code == 0 and isinstance(json.loads(out)["queues"], list)
+    code, out, _ = ctl("groups", "list", "--timeout", "5", "--json")
+    assert code == 0 and isinstance(json.loads(out), list)
+    # given after the subcommand, --url replaces the one given before it
+    code, out, err = ctl("status", "--url", f"http://127.0.0.1:{free_port()}")
+    assert code == client.UNREACHABLE and "cannot reach a broker" in err
+    code, _, err = ctl("status", "--timeout", "0")
+    assert code == client.USAGE and "--timeout" in err
+
+
+def test_pop_ack_acknowledges_under_the_lease_and_is_counted_as_an_ack(ctl, ctl_broker):
+    queue = f"ctl-{uuid.uuid4().hex[:8]}"
+    for n in range(2):
+        ok_json(ctl, "push", queue, json.dumps({"n": n}))
+    before = _acks_counted(ctl_broker.url)
+    popped = ok_json(ctl, "pop", queue, "-n", "2", "--ack")
+    assert len(popped["messages"]) == 2
+    assert all(m["leaseId"] for m in popped["messages"])  # a lease, not autoAck's ""
+    assert [a["success"] for a in popped["acks"]] == [True, True]
+    assert _acks_counted(ctl_broker.url) == before + 2
+    shown = ok_json(ctl, "queues", "show", queue)
+    assert shown["totals"]["completed"] == 2 and shown["totals"]["pending"] == 0
+    code, out, _ = ctl("pop", queue, "-g", "g2", "--ack")  # a group of its own: also acked
+    assert code == 0 and "{\"n\":0}" in out
+    assert _acks_counted(ctl_broker.url) == before + 3
+
+
+def test_pop_of_a_missing_queue_says_no_such_queue(ctl):
+    code, out, err = ctl("pop", "ctl-no-such-queue-anywhere")
+    assert code == client.NOT_FOUND and "(no message)" in out
+    assert err == "queenctl: no such queue: ctl-no-such-queue-anywhere\n"
+    answer = json.loads(ctl("pop", "ctl-no-such-queue-anywhere", "--json")[1])
+    assert answer["queueExists"] is False and answer["messages"] == []
+    queue = f"ctl-{uuid.uuid4().hex[:8]}"
+    ok_json(ctl, "queues", "configure", queue)
+    code, out, err = ctl("pop", queue)  # there, but empty: no such line
+    assert code == client.NOT_FOUND and err == ""
+    assert "queueExists" not in json.loads(ctl("pop", queue, "--json")[1])
+
+
+def test_configure_exit_code_follows_what_was_stored(ctl):
+    queue = f"ctl-{uuid.uuid4().hex[:8]}"
+    code, out, err = ctl("queues", "configure", queue, "-o", "ttl=100")
+    assert code == client.OK, err  # stored: a warning that nothing acts on it, not a failure
+    assert "ttl=100" in out and "warning: ttl: stored only" in err and "did not store" not in err
+    assert ok_json(ctl, "queues", "show", queue)["options"]["ttl"] == 100
+    code, _, err = ctl("queues", "configure", queue, "-o", "leaseTme=60", "-o", "retryLimit=2")
+    assert code == client.FAILED and "did not store 1 option(s): leaseTme" in err
+    assert "did you mean leaseTime?" in err
+    assert ok_json(ctl, "queues", "show", queue)["options"]["retryLimit"] == 2
+    code, _, err = ctl("queues", "configure", queue, "-o", "deadLetterQueue=false")
+    assert code == client.FAILED and "did not store 1 option(s): deadLetterQueue" in err
+    assert ok_json(ctl, "queues", "show", queue)["options"]["deadLetterQueue"] is True
 
 
 def test_missing_queue_and_bad_input_are_one_line_errors(ctl):

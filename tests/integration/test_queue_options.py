@@ -110,6 +110,23 @@ def test_options_stored_but_not_applied_are_listed_ignored(http, queue_name):
     assert configure(http, queue_name, priority=0, deadLetterQueue=True)["ignored"] == []
 
 
+def test_dead_lettering_options_are_true_and_false_is_not_stored(http, queue_name):
+    """Dead-lettering is always on, so a queue says so: true for a configured queue, for a
+    queue a push created, and after a configure that sent false (not stored)."""
+    created = configure(http, queue_name)["options"]
+    assert created["deadLetterQueue"] is True and created["dlqAfterMaxRetries"] is True
+    body = configure(http, queue_name, deadLetterQueue=False, dlqAfterMaxRetries=False)
+    assert body["ignored"] == ["deadLetterQueue", "dlqAfterMaxRetries"]
+    assert body["options"]["deadLetterQueue"] is True
+    assert body["options"]["dlqAfterMaxRetries"] is True
+    pushed = f"{queue_name}-pushed"
+    r = http.post("/api/v1/push", json={"items": [{"queue": pushed, "payload": {"n": 1}}]})
+    assert r.status_code in (200, 201), r.text
+    shown = http.get(f"/api/v1/resources/queues/{pushed}").json()
+    assert shown["options"]["deadLetterQueue"] is True
+    assert shown["options"]["dlqAfterMaxRetries"] is True
+
+
 def test_retention_ages_are_ignored_while_retention_is_off(http, queue_name):
     assert configure(http, queue_name, retentionSeconds=60)["ignored"] == ["retentionSeconds"]
     body = configure(http, queue_name, retentionEnabled=True, completedRetentionSeconds=30)

@@ -246,10 +246,11 @@ def test_pop_delivers_in_push_order(http, queue_name):
 
 def test_pop_nothing_available_without_wait(http, queue_name):
     """wait=false with nothing available → 200 {"success":false,"error":"no_available_partition",
-    "messages":[]} — for an unknown queue and for an existing, empty one."""
+    "messages":[]} — for an existing, empty queue; an unknown one adds queueExists: false."""
     r = http.get(f"/api/v1/pop/queue/{queue_name}", params={"wait": "false"})
     assert r.status_code == 200
-    assert r.json() == {"success": False, "error": "no_available_partition", "messages": []}
+    assert r.json() == {"success": False, "error": "no_available_partition", "messages": [],
+                        "queueExists": False}
     configure(http, queue_name)
     r = http.get(f"/api/v1/pop/queue/{queue_name}", params={"wait": "false"})
     assert r.status_code == 200

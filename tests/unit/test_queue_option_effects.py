@@ -16,6 +16,7 @@ from broker.http.wire.queues import (
 )
 from broker.store.sql import QUEUE_OPTIONS
 
+QUEUE_OPTIONS_DEFAULTS = [(name, default) for name, _col, _typ, default in QUEUE_OPTIONS]
 ROW = {"id": "q", "default_partition_id": "p", "name": "orders", "namespace": "", "task": "",
        **{col: default for _name, col, _typ, default in QUEUE_OPTIONS}}
 
@@ -60,6 +61,13 @@ def test_an_unknown_name_is_ignored_with_the_nearest_known_one():
 ])
 def test_values_this_broker_does_not_act_on(options, row, expected):
     assert list(ignored(options, **row)) == expected
+
+
+def test_false_for_the_always_on_dead_lettering_is_not_stored():
+    req = parse_configure({"queue": "orders", "options": {
+        "deadLetterQueue": False, "dlqAfterMaxRetries": True}})
+    assert req.options == {"dlqAfterMaxRetries": True}
+    assert dict(QUEUE_OPTIONS_DEFAULTS)["deadLetterQueue"] is True
 
 
 def test_encryption_needs_the_key():

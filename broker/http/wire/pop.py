@@ -159,6 +159,15 @@ def own_keys(req: PopRequest, result: PopResult) -> dict:
 
 
 def _empty(req: PopRequest, result: PopResult) -> dict:
+    answer = _empty_answer(req, result)
+    if result.queue_missing:
+        # No such queue: the empty answer every client reads as "no messages", told
+        # apart by this key only (never a 404: service/pop.py says why).
+        answer["queueExists"] = False
+    return answer
+
+
+def _empty_answer(req: PopRequest, result: PopResult) -> dict:
     if result.empty == "paused":  # pop maintenance
         return {"messages": [], "paused": True}
     if req.wait:  # the deadline passed

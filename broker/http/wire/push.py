@@ -65,10 +65,11 @@ def push_answer(outcome: PushOutcome) -> list[dict]:
 def _item_answer(index: int, done: ItemOutcome, error: str | None) -> dict:
     item = done.item
     if done.status in ("staged", "spooled", "failed", "refused"):
-        # Not in queen.messages (yet): no message or partition id to tell. Staged and
-        # spooled items are both ``buffered`` to the client: durable, stored in order later.
-        # A refused one (its queue's maxSize) is ``failed`` with the reason, which the
-        # client raises or hands to its error callback.
+        # Not in queen.messages (yet): no partition id to tell. Staged and spooled items
+        # are both ``buffered`` to the client: durable, stored in order later under the
+        # ``message_id`` answered here (as a queued item's). A refused one (its queue's
+        # maxSize) is ``failed`` with the reason, which the client raises or hands to its
+        # error callback.
         failed = done.status in ("failed", "refused")
         out: dict[str, Any] = {
             "index": index, "status": "failed" if failed else "buffered",
@@ -76,6 +77,8 @@ def _item_answer(index: int, done: ItemOutcome, error: str | None) -> dict:
             "transactionId": item.transaction_id}
         if failed:
             out["error"] = done.error if done.status == "refused" else error
+        else:
+            out["message_id"] = done.message_id
         return out
     out = {
         "index": index,

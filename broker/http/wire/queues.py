@@ -16,7 +16,10 @@ from broker.service.queues import QUEUE_OPTIONS
 # -- configure ------------------------------------------------------------------------------
 
 _DLQ_ALWAYS = ("a message that failed retryLimit times goes to the dead-letter queue; "
-               "false is ignored")
+               "false is not stored")
+# Options whose behaviour is always on: false would store a falsehood, so it is not stored
+# (answered ignored) and the queue keeps true.
+_ALWAYS_ON = ("deadLetterQueue", "dlqAfterMaxRetries")
 
 OPTION_EFFECTS: dict[str, tuple[str, str]] = {
     "priority": ("stored", "shown in listings; pops do not order queues by priority"),
@@ -72,6 +75,8 @@ def parse_configure(body: Any) -> ConfigureRequest:
         if typ == "boolean":
             if not isinstance(value, bool):
                 raise BadRequest(f"options.{name} must be a boolean")
+            if name in _ALWAYS_ON and value is False:
+                continue
         else:
             if (isinstance(value, bool) or not isinstance(value, (int, float))
                     or not math.isfinite(value) or value != int(value)):
@@ -99,13 +104,14 @@ def ignored_options(req: ConfigureRequest, row: Mapping[str, Any], encryption_ke
             out[name] = (f"{name}: unknown option, ignored"
                          + (f" (did you mean {near[0]}?)" if near else ""))
             continue
+        if name in _ALWAYS_ON and req.sent[name] is False:
+            out[name] = f"{name}: dead-lettering is always on: {_DLQ_ALWAYS}"
+            continue
         value = req.options.get(name)
         if value is None:
             continue
         if name in ("priority", "ttl") and value != 0:
             out[name] = f"{name}: stored only; {OPTION_EFFECTS[name][1]}"
-        elif name in ("deadLetterQueue", "dlqAfterMaxRetries") and value is False:
-            out[name] = f"{name}: dead-lettering is always on: {_DLQ_ALWAYS}"
         elif (name in ("retentionSeconds", "completedRetentionSeconds") and value > 0
               and not row["retention_enabled"]):
             out[name] = f"{name}: no effect while retentionEnabled is false"

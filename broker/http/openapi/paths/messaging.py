@@ -87,7 +87,9 @@ ACK_RESULT = obj({
 
 POP_DESC = ("An answer with no message is 200 with an empty `messages` list "
             "(`success: false, error: no_available_partition`). Under pop maintenance "
-            "the answer is `{\"messages\": [], \"paused\": true}`.")
+            "the answer is `{\"messages\": [], \"paused\": true}`. A pop of a queue that "
+            "does not exist answers the same 200 with `queueExists: false` added (clients "
+            "read it as no message; the broker logs a warning).")
 
 OPERATIONS = [
     op("POST", "/api/v1/push", tag=TAG, summary="Push messages",
