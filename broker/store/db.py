@@ -164,7 +164,7 @@ class Store:
         restart, answer ``staged``: they are in queen.staged, durable, and the
         merge moves them on in accept order. Rows with a ``request`` whose queue
         has maxSize answer ``refused`` (with the reason in ``error``) when their
-        request would take the queue past it (see push_ordered_v4)."""
+        request would take the queue past it (see push_ordered_v4, which push_ordered_v5 hands such calls to)."""
         if not rows:
             return []
         args = codecs.push_call(rows, accept_us if accept_us is not None else now_us(),

@@ -17,7 +17,7 @@ from broker.store.figures_sql import partition_figures
 
 PUSH_ORDERED = """
 SELECT idx, message_id, partition_id, status, late, peer, error
-FROM queen.push_ordered_v4(
+FROM queen.push_ordered_v5(
     ARRAY(SELECT generate_series(0, $1 - 1)),
     coalesce($2::text[], array_fill($3::text, ARRAY[$1])),
     coalesce($4::text[], array_fill($5::text, ARRAY[$1])),
@@ -36,7 +36,8 @@ per item: 'queued', 'duplicate', 'staged' (into queen.staged, behind earlier sta
 spooled pushes to its partition, or while the database settles after a restart;
 queen.merge_staged moves it on), or 'refused' (its request's items would take the queue's
 depth past maxSize; ``error`` says so). Items with a NULL request ($17/$18) are not checked
-(migrations/0011_queue_limits.sql)."""
+(migrations/0011_queue_limits.sql). A call whose items all go to one existing partition of a
+queue without maxSize takes push_ordered_v5's fast path (migration 0017)."""
 
 UPLOAD_LEDGER = """
 INSERT INTO queen.uploaded_files (spool_id, file_ms, file_seq, events)
@@ -89,12 +90,13 @@ SELECT kind, queue_name, partition_name, partition_id, message_id, transaction_i
        payload::text AS payload, is_encrypted, producer_sub,
        (extract(epoch FROM created_at) * 1000000)::bigint AS created_us, seq, retry_count,
        verdict, verdict_secs, retired
-FROM queen.pop_messages_v3($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) WITH ORDINALITY AS p
+FROM queen.pop_messages_v4($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) WITH ORDINALITY AS p
 ORDER BY p.ordinality
 """
 """Claim partitions and read messages, conflating for groups whose policy says so (see
 queen.pop_messages_v2, migration 0013), the partitions the group claimed least recently
-first (queen.pop_messages_v3, migration 0015). Each payload comes as its JSON text, which both pop
+first (queen.pop_messages_v3, migration 0015), a claimed batch read and returned in two
+statements (queen.pop_messages_v4, migration 0017). Each payload comes as its JSON text, which both pop
 answers put in as it is, and each creation time as microseconds since the Unix epoch (an
 integer costs asyncpg far less to read than a datetime, and the answers want text or
 microseconds, never a datetime)."""
@@ -149,7 +151,7 @@ LIMIT $3
 yet): the hot-list's cold start and periodic reseed."""
 
 _ACK_CALL = """
-SELECT * FROM queen.ack_messages_v3(
+SELECT * FROM queen.ack_messages_v4(
     ARRAY(SELECT generate_series(0, $1 - 1)), $2::text[], {partitions},
     coalesce($4::text[], array_fill($5::text, ARRAY[$1])),
     coalesce($6::text[], array_fill($7::text, ARRAY[$1])),
@@ -160,7 +162,8 @@ SELECT * FROM queen.ack_messages_v3(
 
 ACK = _ACK_CALL.format(partitions="$3::uuid[]")
 """Apply acknowledgements (parallel arrays, compact as PUSH_ORDERED; args from
-``codecs.ack_call``); one row per item. A failed ack that sends a batch back holds the
+``codecs.ack_call``); one row per item. A (partition, group) whose items all complete its live
+lease is applied in one UPDATE (queen.ack_messages_v4, migration 0017). A failed ack that sends a batch back holds the
 partition for that group for the queue's retryDelay."""
 
 ACK_BY_REF = _ACK_CALL.format(partitions="queen.partition_refs($3::text[])")

@@ -1,0 +1,179 @@
+"""The hot path's lean functions answer and store exactly what the functions they replace do.
+
+queen.push_ordered_v5, queen.pop_messages_v4 and queen.ack_messages_v4 (migration 0017) take
+fast paths for the usual calls and hand the others to push_ordered_v4 / ack_messages_v3; the
+previous release's brokers still call those. Invariant: for any sequence of calls (items to one
+or several partitions, transaction ids repeated within a call and across calls, accept times
+out of order, batches popped under leases and acked with any mix of statuses, leases and
+unknown or repeated items), the new function and the old one, each on a queue of its own in
+the same database, give the same rows (modulo the ids of their own partitions and messages)
+and leave the same messages, cursors, leases and dead letters behind.
+"""
+from __future__ import annotations
+
+import uuid
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker.core.domain import QUEUE_MODE, AckRow, PushRow
+from broker.core.ids import new_uuid7
+from broker.store import sql
+from broker.store.codecs import ack_call, push_arrays
+from broker.store.db import Store, now_us
+
+PUSH = """
+SELECT idx, message_id, partition_id, status, late, peer, error
+FROM queen.{fn}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+"""
+POP = {new: sql.POP.replace("pop_messages_v4", new) for new in ("pop_messages_v3",
+                                                                   "pop_messages_v4")}
+ACK = {new: sql.ACK.replace("ack_messages_v4", new) for new in ("ack_messages_v3",
+                                                                  "ack_messages_v4")}
+OLD, NEW = 0, 1
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+# One call: items as (partition, transaction id) picks from small pools, so that
+# repeats within a call and across calls are common; and the call's accept-time offset.
+ITEM = st.tuples(st.integers(0, 2), st.integers(0, 5))
+CALL = st.tuples(st.lists(ITEM, min_size=1, max_size=7), st.booleans(), st.sampled_from([0, -5, 7]))
+
+
+async def push_call(store: Store, fn: str, queue: str, rows: list[PushRow], accept: int) -> list:
+    async with store.connection() as c:
+        return await c.fetch(PUSH.format(fn=fn), *push_arrays(
+            rows, [accept] * len(rows), store.server_id, store.order_wait_ms, store.settle_ms),
+            [r.request for r in rows])
+
+
+async def stored(store: Store, queue: str, origin: dict[str, tuple]) -> list[tuple]:
+    async with store.connection() as c:
+        rows = await c.fetch(
+            "SELECT p.name, m.seq, m.transaction_id, m.id::text AS id, p.last_seq"
+            " FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id"
+            " JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1"
+            " ORDER BY p.name, m.seq", queue)
+    return [(r["name"], r["seq"], r["transaction_id"], origin[r["id"]], r["last_seq"])
+            for r in rows]
+
+
+@SETTINGS
+@given(calls=st.lists(CALL, min_size=1, max_size=6))
+async def test_push_v5_answers_and_stores_what_v4_does(store, calls):
+    tag = uuid.uuid4().hex[:8]
+    queues = (f"eq-push-{tag}-old", f"eq-push-{tag}-new")
+    origin: dict[str, tuple] = {}  # message id -> (call, item): ids differ, origins do not
+    base = now_us()
+    for k, (items, one_partition, offset) in enumerate(calls):
+        answers = []
+        for side, fn in ((OLD, "push_ordered_v4"), (NEW, "push_ordered_v5")):
+            rows = []
+            for i, (part, tx) in enumerate(items):
+                mid = new_uuid7()
+                origin[mid] = (k, i)
+                rows.append(PushRow(queue=queues[side], partition=f"p{0 if one_partition else part}",
+                                    message_id=mid, transaction_id=f"tx-{tx}", trace_id=None,
+                                    payload={"k": k, "i": i}, request=k + 1))
+            # offsets repeat across calls: equal accept times as well as earlier ones
+            got = await push_call(store, fn, queues[side], rows, base + offset * 1000)
+            answers.append([(r["idx"], r["status"], r["late"], r["error"],
+                             origin[str(r["message_id"])]) for r in got])
+        assert answers[NEW] == answers[OLD], f"call {k}: {items}"
+    assert await stored(store, queues[NEW], origin) == await stored(store, queues[OLD], origin)
+
+
+# A step of a consumer: which group pops which partition how many, then, per popped item, a
+# status; and what else goes into the ack call.
+STEP = st.fixed_dictionaries({
+    "group": st.sampled_from([QUEUE_MODE, "g1", "g2"]),
+    "partition": st.sampled_from(["p0", "p1"]),
+    "batch": st.integers(1, 6),
+    # mostly the usual ack (every item completed), which the fast path takes
+    "statuses": st.lists(st.sampled_from(
+        ["completed"] * 6 + ["success", "failed", "retry", "dlq", "skip"]), max_size=6),
+    "extra": st.sampled_from([None] * 4 + ["unknown", "repeat", "wrong-lease", "no-lease",
+                                            "beyond"]),
+    "reverse": st.booleans(),
+})
+
+
+async def consumer_state(store: Store, queue: str) -> list[tuple]:
+    async with store.connection() as c:
+        rows = await c.fetch(
+            "SELECT p.name, l.consumer_group, l.cursor_seq, l.lease_id IS NOT NULL AS leased,"
+            " l.lease_last_seq, l.batch_size, l.acked_count, l.batch_retry_count,"
+            " l.total_messages_consumed, l.total_batches_consumed,"
+            " l.last_consumed_at IS NOT NULL AS consumed,"
+            " (SELECT m.transaction_id FROM queen.messages m"
+            "  WHERE m.id = l.last_consumed_id) AS last_tx,"
+            " (SELECT count(*) FROM queen.dead_letter_queue d WHERE d.partition_id = p.id"
+            "  AND d.consumer_group = l.consumer_group) AS dead"
+            " FROM queen.log_consumers l JOIN queen.partitions p ON p.id = l.partition_id"
+            " JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1"
+            " ORDER BY p.name, l.consumer_group", queue)
+    return [tuple(r) for r in rows]
+
+
+@SETTINGS
+@given(messages=st.lists(st.sampled_from(["p0", "p1"]), min_size=1, max_size=12),
+       steps=st.lists(STEP, min_size=1, max_size=10),
+       retry_limit=st.sampled_from([0, 1, 3]))
+async def test_pop_v4_and_ack_v4_answer_and_move_what_v3_does(store, messages, steps,
+                                                              retry_limit):
+    tag = uuid.uuid4().hex[:8]
+    queues = (f"eq-ack-{tag}-old", f"eq-ack-{tag}-new")
+    for q in queues:
+        await store.push([PushRow(queue=q, partition=p, message_id=new_uuid7(),
+                                  transaction_id=f"tx-{i}", trace_id=None, payload={"i": i})
+                          for i, p in enumerate(messages)])
+        async with store.connection() as c:
+            await c.execute("UPDATE queen.queues SET retry_limit = $2 WHERE name = $1",
+                            q, retry_limit)
+    for n, step in enumerate(steps):
+        popped, answers = [], []
+        for side, pop_fn, ack_fn in ((OLD, "pop_messages_v3", "ack_messages_v3"),
+                                     (NEW, "pop_messages_v4", "ack_messages_v4")):
+            lease = new_uuid7()
+            async with store.connection() as c:
+                rows = await c.fetch(POP[pop_fn], queues[side], step["partition"], None, None,
+                                     step["group"], step["batch"], 1, False, lease, None, False)
+            popped.append([(r["kind"], r["partition_name"], r["transaction_id"], r["seq"],
+                            r["retry_count"], r["verdict"], r["payload"], r["retired"])
+                           for r in rows])
+            msgs = [r for r in rows if r["kind"] == "msg"]
+            acks = [AckRow(r["transaction_id"], str(r["partition_id"]), status, "boom",
+                           step["group"], lease)
+                    for r, status in zip(msgs, step["statuses"]) if status != "skip"]
+            if msgs and step["extra"] == "unknown":
+                acks.append(AckRow("tx-none", str(msgs[0]["partition_id"]), "completed", None,
+                                   step["group"], lease))
+            elif msgs and step["extra"] == "beyond":  # a message after the batch, same lease
+                after = [i for i, p in enumerate(messages)
+                         if p == step["partition"] and i > int(msgs[-1]["transaction_id"][3:])]
+                if after:
+                    acks.append(AckRow(f"tx-{after[0]}", str(msgs[0]["partition_id"]),
+                                       "completed", None, step["group"], lease))
+            elif acks and step["extra"] == "repeat":
+                acks.append(acks[0])
+            elif acks and step["extra"] == "wrong-lease":
+                a = acks[-1]
+                acks[-1] = AckRow(a.transaction_id, a.partition_id, a.status, a.error,
+                                  a.consumer_group, new_uuid7())
+            elif acks and step["extra"] == "no-lease":
+                a = acks[0]
+                acks[0] = AckRow(a.transaction_id, a.partition_id, a.status, a.error,
+                                 a.consumer_group, None)
+            if step["reverse"]:
+                acks.reverse()
+            if acks:
+                async with store.connection() as c:
+                    got = await c.fetch(ACK[ack_fn], *ack_call(acks, False))
+                answers.append(sorted((r["idx"], r["success"], r["error"], r["partition_name"],
+                                       r["lease_released"], r["dlq"]) for r in got))
+            else:
+                answers.append([])
+        assert popped[NEW] == popped[OLD], f"step {n}: {step}"
+        assert answers[NEW] == answers[OLD], f"step {n}: {step}"
+        assert await consumer_state(store, queues[NEW]) == \
+            await consumer_state(store, queues[OLD]), f"step {n}: {step}"
