@@ -11,9 +11,12 @@
 --     maxSize (or with no checked item), while the database is not settling
 --     and no broker holds spooled pushes. One statement locks the partition
 --     and reads its counter; a batch of one is a plain INSERT and UPDATE; a
---     larger batch one statement without the joins, grouping and unions that
---     serve calls to many partitions. Any other call goes to push_ordered_v4
---     unchanged. Same arguments, rows and locking order (a call locks at most
+--     larger batch is inserted as it comes, the unique key on (partition,
+--     transaction id) being the duplicate check (a duplicate, stored or
+--     within the call, undoes that try in its subtransaction, and one
+--     statement without the joins, grouping and unions that serve calls to
+--     many partitions sorts the batch out). Any other call goes to
+--     push_ordered_v4 unchanged. Same arguments, rows and locking order (a call locks at most
 --     one partition on the fast path).
 --   * queen.pop_messages_v4 = pop_messages_v3 reading a claimed partition's
 --     batch in one statement into an array and returning it in another,
@@ -106,6 +109,29 @@ BEGIN
                 WHERE pt.id = v_pid;
                 message_id := p_id[1]; status := 'queued'; late := p_accept[1] < v_acc;
                 RETURN NEXT;
+                RETURN;
+            END IF;
+            -- The usual batch: transaction ids new to the partition and distinct. The
+            -- unique key is the check; a duplicate undoes the try and takes the next path.
+            BEGIN
+                INSERT INTO queen.messages
+                    (id, partition_id, seq, transaction_id, trace_id, payload, is_encrypted, producer_sub)
+                SELECT x.mid, v_pid, v_last + x.o, x.txid, x.trace,
+                       coalesce(x.payload, 'null')::jsonb, coalesce(x.enc, false), x.sub
+                FROM unnest(p_id, p_txid, p_trace, p_payload, p_encrypted, p_sub)
+                     WITH ORDINALITY AS x(mid, txid, trace, payload, enc, sub, o);
+                UPDATE queen.partitions pt
+                SET last_seq = v_last + v_n, last_message_at = now(), last_activity = now(),
+                    last_accept_us = greatest(pt.last_accept_us, (SELECT max(a) FROM unnest(p_accept) AS a))
+                WHERE pt.id = v_pid;
+                v_old := NULL;
+            EXCEPTION WHEN unique_violation THEN
+                v_old := p_id[1];  -- marks the try undone
+            END;
+            IF v_old IS NULL THEN
+                RETURN QUERY
+                SELECT x.i, x.mid, v_pid, 'queued'::text, x.acc < v_acc, NULL::text, NULL::text
+                FROM unnest(p_idx, p_id, p_accept) AS x(i, mid, acc);
                 RETURN;
             END IF;
             RETURN QUERY
