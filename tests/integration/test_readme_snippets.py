@@ -89,9 +89,7 @@ NO_RUN = {
     "python3 dev.py ha":
         "starts brokers on the fixed ports 6632-6643 and keeps them running; "
         "tests/ha/test_local_ha_script.py runs compose/local_ha.py on free ports",
-    "PG_HOST=db HOST=0.0.0.0 QUEEN_MESH_HOST=10.0.0.1 QUEEN_SERVER_ID=queen-a "
-    "QUEEN_MESH_PEERS=10.0.0.2:6633 QUEEN_SYNC_SECRET=$S queen-broker":
-        "two brokers on two other hosts",
+    "PG_HOST=db HOST=0.0.0.0 QUEEN_SERVER_ID=queen-a \\": "two brokers on two other hosts",
     # docs/tutorial.md, docs/guides/outage-drill.md
     "python3 dev.py run":
         "runs the broker until it is stopped; the page's other blocks run against a test broker",
