@@ -29,7 +29,7 @@ from broker import __version__
 from broker.core.config import VARIABLES, ConfigError, Settings, load_settings, suspicious_variables
 from broker.core.logs import Throttle, add_sink, dropped_note
 
-# Variables shown by --help; the README's configuration table has all of them.
+# Variables shown by --help; docs/operations/configuration.md has all of them.
 HELP_VARIABLES = ("HOST", "PORT", "PG_HOST", "PG_PORT", "PG_USER", "PG_PASSWORD", "PG_DB",
                   "PG_CONNECT_WAIT_MS", "EMBEDDED_PG_DIR", "EMBEDDED_PG_PORT",
                   "QUEEN_ENCRYPTION_KEY", "QUEEN_MESH_PEERS", "FILE_BUFFER_DIR", "JWT_ENABLED",
@@ -152,7 +152,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="A PostgreSQL-backed, partitioned message broker speaking the Queen MQ\n"
                     "HTTP API. It is configured by environment variables only.",
         epilog="main variables:\n" + "\n".join(lines) + "\n\nEvery variable, with its "
-               "default, is in the Configuration table of the README.",
+               "default, is in docs/operations/configuration.md.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"queen-broker {__version__}")
     return parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Regenerate docs/dashboard.png, the README's screenshot of the overview.
+"""Regenerate docs/dashboard.png, the screenshot of the overview on docs/operations/dashboard.md.
 
     .venv/bin/python docs/screenshot.py
 
@@ -6,7 +6,7 @@ Starts a broker on loopback (embedded PostgreSQL in a temporary directory, or PG
 benchmarks do), runs a small producer and consumer against it for about a minute so the
 throughput chart has a shape, then photographs the overview in headless Chromium.
 
-The README's other pictures (docs/dashboard-overview.png, -streams.png, -state.png) are taken
+That page's other pictures (docs/dashboard-overview.png, -streams.png, -state.png) are taken
 by the browser tests: ``QUEEN_SCREENSHOTS=docs python3 dev.py test tests/browser``.
 """
 from __future__ import annotations

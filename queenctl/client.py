@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import httpx
 
-# Exit codes (README "queenctl" documents them).
+# Exit codes (docs/reference/queenctl.md documents them).
 OK = 0
 FAILED = 1        # the broker refused the request (4xx other than below) or said it failed
 USAGE = 2         # bad command line (click's own code)

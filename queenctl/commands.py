@@ -249,7 +249,7 @@ def queues_show(ctx: click.Context, queue: str) -> None:
 @click.option("--namespace", help="The queue's namespace.")
 @click.option("--task", help="The queue's task.")
 @click.option("--option", "-o", "options", multiple=True, metavar="NAME=VALUE",
-              help="A queue option, e.g. -o leaseTime=60 -o deadLetterQueue=true (repeatable; "
+              help="A queue option, e.g. -o leaseTime=60 (repeatable; "
                    "see the broker's /docs for every option).")
 @click.pass_context
 def queues_configure(ctx: click.Context, queue: str, namespace: str | None, task: str | None,

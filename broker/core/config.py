@@ -2,8 +2,8 @@
 
 Each tunable is one ``Variable`` entry in ``VARIABLES`` (name, default as shown in the docs,
 kind, one-line meaning, parser).  ``load_settings()`` turns the environment into a frozen
-``Settings``; ``markdown_table()`` renders the same registry for the README, so the code and the
-documentation cannot drift apart.
+``Settings``; ``markdown_table()`` renders the same registry for the docs' table
+(docs/operations/configuration.md), so the code and the documentation cannot drift apart.
 
 Rules shared by all variables:
   * an empty (or whitespace-only) value means "unset" and the default applies;
@@ -655,8 +655,8 @@ def suspicious_variables(environ: Mapping[str, str] | None = None) -> list[str]:
             warnings.append(f"{name} is not a queen-broker variable (did you mean {close[0]}?); "
                             f"it is ignored")
         elif name.startswith(WATCHED_PREFIXES):
-            warnings.append(f"{name} is not a queen-broker variable; it is ignored (the README's "
-                            f"Configuration table lists them all)")
+            warnings.append(f"{name} is not a queen-broker variable; it is ignored "
+                            f"(docs/operations/configuration.md lists them all)")
     return warnings
 
 
@@ -714,7 +714,8 @@ def _check_relations(v: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------------------------
 
 def markdown_table() -> str:
-    """All variables as a Markdown table (Variable | Default | Meaning) for the README."""
+    """All variables as a Markdown table (Variable | Default | Meaning) for
+    docs/operations/configuration.md."""
     lines = ["| Variable | Default | Meaning |", "| --- | --- | --- |"]
     for var in VARIABLES:
         if var.default is None:

@@ -5,7 +5,7 @@ processes on their own database (the maintenance test flips cluster-wide flags).
 Every page a test opens records console errors and uncaught exceptions; the ``page``
 fixture fails the test if there was any. Screenshots go to ``test-artifacts/dashboard/``
 (git-ignored) for a reviewer to look at. With ``QUEEN_SCREENSHOTS=DIR`` (relative to the
-repository, e.g. ``QUEEN_SCREENSHOTS=docs``) the screenshots the README shows (the overview,
+repository, e.g. ``QUEEN_SCREENSHOTS=docs``) the screenshots docs/operations/dashboard.md shows (the overview,
 the Streams and the State views) are also written to ``DIR/dashboard-<view>.png``.
 """
 from __future__ import annotations
@@ -114,7 +114,7 @@ def page(chromium):
 
 
 def screenshot(pg, name: str, docs: str | None = None) -> Path:
-    """Save the page to test-artifacts/dashboard/<name>.png; a screenshot the README shows
+    """Save the page to test-artifacts/dashboard/<name>.png; a screenshot the docs show
     (``docs``: its file name without .png) also to $QUEEN_SCREENSHOTS/<docs>.png when set."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"

@@ -195,7 +195,8 @@ def test_help_prints_usage_and_starts_nothing(tmp):
     result = run_to_exit(tmp, "--help", EMBEDDED_PG_DIR=str(fresh))
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: queen-broker")
-    for word in ("PORT", "PG_HOST", "PG_CONNECT_WAIT_MS", "EMBEDDED_PG_DIR", "README"):
+    for word in ("PORT", "PG_HOST", "PG_CONNECT_WAIT_MS", "EMBEDDED_PG_DIR",
+                 "docs/operations/configuration.md"):
         assert word in result.stdout
     assert not fresh.exists() and result.stderr == ""
 

@@ -501,7 +501,7 @@ WITH passed AS (
                AS by_all
     FROM queen.messages m
 ), state AS (
-    -- each message in one state (the definition in README "Operating it"), written
+    -- each message in one state (the definition in docs/operations/metrics.md), written
     -- message by message, independently of broker/store/figures_sql.py
     SELECT x.partition_id, x.created_at, x.by_all,
            CASE WHEN EXISTS (SELECT 1 FROM queen.dead_letter_queue d WHERE d.message_id = x.id)

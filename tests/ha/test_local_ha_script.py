@@ -1,4 +1,4 @@
-"""The README's loopback HA runner (compose/local_ha.py) brings a full mesh up
+"""The loopback HA runner of docs/guides/high-availability.md (compose/local_ha.py) brings a full mesh up
 and its check (compose/check_mesh.py, the same one used beside docker compose)
 says so."""
 from __future__ import annotations

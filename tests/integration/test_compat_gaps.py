@@ -248,7 +248,7 @@ def test_every_surface_reports_the_same_figures(http, queue_name):
     """Queue mode and group A consume everything, queue mode dead-letters one message,
     group B completes one and holds two under its lease. Every surface (resources list
     and detail, partitions, status, status of the queue, namespaces, /metrics JSON,
-    Prometheus) reports the same integers, per the definition in README "Operating it"."""
+    Prometheus) reports the same integers, per the definition in docs/operations/metrics.md."""
     ns = f"ns-{uuid.uuid4().hex[:8]}"
     assert http.post("/api/v1/configure", json={
         "queue": queue_name, "namespace": ns, "options": {"leaseTime": 600}}).status_code == 200

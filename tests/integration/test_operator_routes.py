@@ -94,7 +94,7 @@ def test_namespaces_tasks_overview(http, queue_name):
     assert set(mine[0]["messages"]) >= {"total", "pending"}
     if stats_empty(body):
         assert mine[0]["messages"]["total"] == 5
-        # each message in one state (README "Operating it"): 1 and 2 completed (queue mode
+        # each message in one state (docs/operations/metrics.md): 1 and 2 completed (queue mode
         # and ga past them), 3 and 5 processing (under queue mode's and gb's leases), 4
         # dead-lettered (by queue mode; gb's lease on it does not make it processing)
         assert mine[0]["messages"]["pending"] == 0

@@ -89,23 +89,21 @@ NO_RUN = {
     "python3 dev.py ha":
         "starts brokers on the fixed ports 6632-6643 and keeps them running; "
         "tests/ha/test_local_ha_script.py runs compose/local_ha.py on free ports",
-    "PG_HOST=db HOST=0.0.0.0 QUEEN_MESH_HOST=10.0.0.1 QUEEN_SERVER_ID=queen-a "
-    "QUEEN_MESH_PEERS=10.0.0.2:6633 QUEEN_SYNC_SECRET=$S queen-broker":
-        "two brokers on two other hosts",
+    "PG_HOST=db HOST=0.0.0.0 QUEEN_SERVER_ID=queen-a \\": "two brokers on two other hosts",
     # docs/tutorial.md, docs/guides/outage-drill.md
     "python3 dev.py run":
         "runs the broker until it is stopped; the page's other blocks run against a test broker",
     # docs/guides/outage-drill.md
     ".venv/bin/python -c '": "a consumer that runs until stopped with Ctrl-C",
+    "python3 dev.py pg status":
+        "reads the checkout's own embedded PostgreSQL, which the test broker does not use; "
+        "tests/faults/test_dev_pg_drill.py runs dev.py pg in a scratch copy of the checkout",
     "python3 dev.py pg stop":
-        "stops the checkout's embedded PostgreSQL; tests/faults/test_maintenance_and_outage.py "
-        "stops and starts one of its own",
-    "for n in 1 2 3; do": "answers buffered only while the checkout's PostgreSQL is stopped",
+        "stops the checkout's own embedded PostgreSQL; tests/faults/test_dev_pg_drill.py runs "
+        "dev.py pg in a scratch copy of the checkout",
     "python3 dev.py pg start":
-        "starts the checkout's embedded PostgreSQL; tests/faults/test_maintenance_and_outage.py "
-        "stops and starts one of its own",
-    "python3 dev.py ctl status                 # spool: 0 pending, 0 quarantined":
-        "reads the drill's queue on the checkout's broker",
+        "starts the checkout's own embedded PostgreSQL; tests/faults/test_dev_pg_drill.py runs "
+        "dev.py pg in a scratch copy of the checkout",
     # docs/load-balancer.md
     "mkdir -p .queen && python3 -c 'import secrets; print(secrets.token_hex(32))' > "
     ".queen/mesh-secret": "writes into the checkout's .queen/",

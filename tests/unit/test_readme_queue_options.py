@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from broker.store.sql import QUEUE_OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,26 +29,12 @@ def wire_default(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-# Rows whose default changed in the code before README.md was rewritten (the README is
-# being moved elsewhere and is not edited here): checked apart, strictly expected to fail
-# until the README says the new default; then the marker below must go.
-README_BEHIND = ("deadLetterQueue", "dlqAfterMaxRetries")
-
-
 def test_the_table_lists_every_queue_option_with_its_default():
     rows = table_rows(PAGE.read_text())
     names = [name for name, _default in rows]
     assert len(names) == len(set(names)), f"an option is listed twice: {names}"
-    assert {n: d for n, d in rows if n not in README_BEHIND} == {
-        name: wire_default(default) for name, _col, _typ, default in QUEUE_OPTIONS
-        if name not in README_BEHIND}
-
-
-@pytest.mark.xfail(strict=True, reason="README.md still says false for the dead-lettering "
-                                        "options, which default to true (migration 0016)")
-def test_the_table_says_dead_lettering_is_on_by_default():
-    rows = dict(table_rows((ROOT / "README.md").read_text()))
-    assert {n: rows.get(n) for n in README_BEHIND} == {n: "true" for n in README_BEHIND}
+    assert dict(rows) == {name: wire_default(default)
+                          for name, _col, _typ, default in QUEUE_OPTIONS}
 
 
 def test_the_check_sees_a_missing_option_and_a_wrong_default():
