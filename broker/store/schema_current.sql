@@ -375,8 +375,20 @@ DECLARE
     v_n integer; v_found integer; v_distinct integer;
     v_min bigint; v_max bigint; v_last_id uuid; v_last_created timestamptz; v_last_txid text;
     v_release boolean;
+    v_one boolean := (p_pid[1] = ALL(p_pid) AND p_group[1] = ALL(p_group)) IS TRUE;
 BEGIN
     FOR g IN
+        -- The usual call acks for one (partition, group): its arrays as they came.
+        SELECT p_pid[1] AS pid, p_group[1] AS grp, pt.id IS NOT NULL AS known, q.name AS qn,
+               pt.name AS pn, p_idx AS i_a, p_txid AS txid_a, p_status AS st_a,
+               p_error AS err_a, p_lease AS lease_a,
+               (SELECT bool_and(s IN ('completed', 'success')) FROM unnest(p_status) AS s)
+                   AS all_completed
+        FROM (SELECT 1) AS one
+        LEFT JOIN queen.partitions pt ON pt.id = p_pid[1]
+        LEFT JOIN queen.queues q ON q.id = pt.queue_id
+        WHERE v_one
+        UNION ALL
         SELECT x.pid, x.grp, pt.id IS NOT NULL AS known, q.name AS qn, pt.name AS pn,
                array_agg(x.i ORDER BY x.i) AS i_a, array_agg(x.txid ORDER BY x.i) AS txid_a,
                array_agg(x.st ORDER BY x.i) AS st_a, array_agg(x.err ORDER BY x.i) AS err_a,
@@ -386,24 +398,25 @@ BEGIN
              AS x(i, txid, pid, st, err, grp, lease)
         LEFT JOIN queen.partitions pt ON pt.id = x.pid
         LEFT JOIN queen.queues q ON q.id = pt.queue_id
+        WHERE NOT v_one
         GROUP BY x.pid, x.grp, pt.id, q.name, pt.name
-        ORDER BY x.pid, x.grp
+        ORDER BY 1, 2
     LOOP
         IF g.known AND g.all_completed THEN
             SELECT * INTO lc FROM queen.log_consumers l
             WHERE l.partition_id = g.pid AND l.consumer_group = g.grp FOR UPDATE;
             IF FOUND AND lc.lease_id IS NOT NULL AND lc.lease_expires_at > now()
                AND lc.lease_id = ALL(g.lease_a) THEN
-                SELECT count(*), count(mm.id), count(DISTINCT mm.seq), min(mm.seq), max(mm.seq),
-                       (array_agg(mm.id ORDER BY mm.seq DESC NULLS LAST))[1],
-                       (array_agg(mm.created_at ORDER BY mm.seq DESC NULLS LAST))[1],
-                       (array_agg(t.txid ORDER BY mm.seq DESC NULLS LAST))[1]
-                INTO v_n, v_found, v_distinct, v_min, v_max, v_last_id, v_last_created, v_last_txid
+                SELECT count(*), count(mm.seq), count(DISTINCT mm.seq), min(mm.seq), max(mm.seq)
+                INTO v_n, v_found, v_distinct, v_min, v_max
                 FROM unnest(g.txid_a) AS t(txid)
                 LEFT JOIN queen.messages mm
                        ON mm.partition_id = g.pid AND mm.transaction_id = t.txid;
                 IF v_found = v_n AND v_distinct = v_n AND v_min > lc.cursor_seq
                    AND v_max <= lc.lease_last_seq THEN
+                    SELECT mm.id, mm.created_at, mm.transaction_id
+                    INTO v_last_id, v_last_created, v_last_txid
+                    FROM queen.messages mm WHERE mm.partition_id = g.pid AND mm.seq = v_max;
                     -- What ack_messages_v3 does item by item, at once: the cursor moves
                     -- onto the newest acked message; the lease ends with its last one.
                     v_release := v_max >= lc.lease_last_seq;
