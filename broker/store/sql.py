@@ -90,8 +90,7 @@ SELECT kind, queue_name, partition_name, partition_id, message_id, transaction_i
        payload::text AS payload, is_encrypted, producer_sub,
        (extract(epoch FROM created_at) * 1000000)::bigint AS created_us, seq, retry_count,
        verdict, verdict_secs, retired
-FROM (SELECT set_config('synchronous_commit', 'off', true)) AS claim_commit,
-     queen.pop_messages_v4($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) WITH ORDINALITY AS p
+FROM queen.pop_messages_v4($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) WITH ORDINALITY AS p
 ORDER BY p.ordinality
 """
 """Claim partitions and read messages, conflating for groups whose policy says so (see
@@ -100,14 +99,7 @@ first (queen.pop_messages_v3, migration 0015), a claimed batch read and returned
 statements (queen.pop_messages_v4, migration 0017). Each payload comes as its JSON text, which both pop
 answers put in as it is, and each creation time as microseconds since the Unix epoch (an
 integer costs asyncpg far less to read than a datetime, and the answers want text or
-microseconds, never a datetime).
-
-The claim commits without waiting for its WAL to reach the disk (synchronous_commit off for
-this statement's transaction only): a wake's pop answers a flush sooner. What a crash of
-PostgreSQL can lose is the newest claims (leases, an autoAck's cursor move) of the last few
-hundred milliseconds, whose messages are then delivered again, as after a lease's expiry:
-at-least-once delivery holds, and no push or ack ever commits this way. A later synchronous
-commit (an ack of that lease, a push) flushes the claim with it (docs/behaviour.md §1.6)."""
+microseconds, never a datetime)."""
 
 GROUP_POLICY = """
 WITH stored AS (
