@@ -79,6 +79,7 @@ from _harness import (  # noqa: E402
     worktree,
 )
 from _loadgen import JSON_HEADERS, PAD, log, percentile, table  # noqa: E402
+from bench_wake_ha import wait_mesh_up  # noqa: E402
 
 NB = 3
 TREE = "tree"  # the label of this checkout's brokers
@@ -145,19 +146,25 @@ class CpuMeter:
     def __init__(self, brokers: list[Broker], postmaster: int | None) -> None:
         self.brokers, self.postmaster = brokers, postmaster
 
+    def _broker_sys_s(self) -> float:
+        return sum(int(_stat_fields(b.proc.pid)[12]) for b in self.brokers) / TICK
+
     def start(self) -> None:
         self.broker = BrokerMeter(self.brokers)
         self.pg0, self.lg0, self.m0 = (postgres_cpu_s(self.postmaster), loadgen_cpu_s(),
                                        machine_busy_s())
+        self.sys0 = self._broker_sys_s()
 
     def stop(self) -> dict[str, float | None]:
         self.broker.stop()
+        sys1 = self._broker_sys_s()
         pg1, lg1, m1 = postgres_cpu_s(self.postmaster), loadgen_cpu_s(), machine_busy_s()
         b = self.broker.figures(0)
         brokers = b["broker_cpu_ms"] / 1000
         pg = None if pg1 is None or self.pg0 is None else pg1 - self.pg0
         lg, machine = lg1 - self.lg0, m1 - self.m0
-        return {"brokers_s": brokers, "postgres_s": pg, "loadgen_s": lg, "machine_s": machine,
+        return {"brokers_s": brokers, "brokers_system_s": round(sys1 - self.sys0, 2),
+                "postgres_s": pg, "loadgen_s": lg, "machine_s": machine,
                 "others_s": machine - brokers - (pg or 0) - lg,
                 "broker_peak_rss_mb": b["broker_peak_rss_mb"]}
 
@@ -197,6 +204,23 @@ async def push_one(client: RawHTTPClient, body: str, errors: Counter,
     errors[f"push HTTP {r.status_code}"] += 1
     first.setdefault(f"push HTTP {r.status_code}", r.text[:200])
     return f"http_{r.status_code}"
+
+
+async def mesh_frames_sent(urls: list[str]) -> int | None:
+    """Mesh frames the brokers wrote to their peers so far (heartbeats excluded)."""
+    total = 0
+    for url in urls:
+        client = RawHTTPClient(url, 1)
+        try:
+            t = (await asyncio.wait_for(client.get("/health"), 10)).json()[
+                "shared_state"]["transport"] or {}
+        except (TimeoutError, OSError, ValueError, KeyError, TypeError, RuntimeError,
+                asyncio.IncompleteReadError):
+            return None
+        finally:
+            await client.aclose()
+        total += int(t.get("messages_sent", 0))
+    return total
 
 
 async def probe(brokers: list[Broker], postmaster: int | None, rate: float,
@@ -303,6 +327,7 @@ async def probe(brokers: list[Broker], postmaster: int | None, rate: float,
     meter = CpuMeter(brokers, postmaster)
     try:
         await asyncio.sleep(args.warmup_s)
+        frames0 = await mesh_frames_sent(urls)
         w0 = time.perf_counter()
         meter.start()
         load0 = os.getloadavg()[0]
@@ -310,6 +335,7 @@ async def probe(brokers: list[Broker], postmaster: int | None, rate: float,
         w1 = time.perf_counter()
         cpu = meter.stop()
         load1 = os.getloadavg()[0]
+        frames1 = await mesh_frames_sent(urls)
         stop_producers.set()
         await asyncio.wait(producers, timeout=35)
         window_tx = {tx for tx, t in answered.items() if w0 <= t < w1}
@@ -377,6 +403,8 @@ async def probe(brokers: list[Broker], postmaster: int | None, rate: float,
         "pushed": pushed, "pushes_not_queued": not_queued, "groups": res_groups,
         "keeps_pace": not reasons, "why_not": reasons, "cpu": cpu,
         "broker_cpu_ms_per_push": round(brokers_s * 1000 / pushed, 3) if pushed else None,
+        "mesh_frames_per_s": (round((frames1 - frames0) / window, 1)
+                              if frames0 is not None and frames1 is not None else None),
         "errors": dict(errors), "first_errors": first, "load": [load0, load1],
         "queue": queue, "profile": profile}
 
@@ -390,8 +418,9 @@ def start_py_spy(brokers: list[Broker], args: argparse.Namespace, tag: str) -> l
     out = Path(args.profile_dir)
     out.mkdir(parents=True, exist_ok=True)
     return [(subprocess.Popen(
-        [py_spy(), "record", "--nonblocking", "--format", "raw", "--rate", str(args.spy_rate),
-         "-o", str(out / f"{tag}-b{i}.txt"), "--pid", str(b.proc.pid)],
+        # --native needs the process paused while a sample is read (no --nonblocking)
+        [py_spy(), "record", *(() if "--native" in args.spy_args else ("--nonblocking",)),
+         "--format", "raw", "--rate", str(args.spy_rate), *args.spy_args, "-o", str(out / f"{tag}-b{i}.txt"), "--pid", str(b.proc.pid)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out / f"{tag}-b{i}.txt")
         for i, b in enumerate(brokers)]
 
@@ -432,13 +461,13 @@ def probe_row(label: str, p: dict) -> list[str]:
             " / ".join(fmt(x["empty_polls_per_s"], ".0f") for x in g),
             f"{fmt(cpu['brokers_s'], '.1f')} / {fmt(cpu['postgres_s'], '.1f')} / "
             f"{fmt(cpu['loadgen_s'], '.1f')} / {fmt(cpu['others_s'], '.1f')}",
-            fmt(p["broker_cpu_ms_per_push"], ".2f"),
+            fmt(p["broker_cpu_ms_per_push"], ".2f"), fmt(p["mesh_frames_per_s"]),
             "yes" if p["keeps_pace"] else "no: " + "; ".join(p["why_not"])[:60]]
 
 
 PROBE_HEADERS = ["who", "offered", "pushed/s", "deliv/s g1 / g2", "p50/p99 ms g1 / g2",
                  "backlog +", "msgs/pop", "empty/s", "CPU s brk/pg/lg/other",
-                 "brk ms/push", "keeps pace"]
+                 "brk ms/push", "mesh frames/s", "keeps pace"]
 
 
 def segment(label: str, root: Path, args: argparse.Namespace, seg_no: int) -> dict:
@@ -451,7 +480,8 @@ def segment(label: str, root: Path, args: argparse.Namespace, seg_no: int) -> di
     try:
         brokers = start_brokers(db, NB, mesh=True, root=root, LOG_LEVEL=args.log_level,
                                 **dict(args.env))
-        time.sleep(args.settle_s)  # the mesh connects
+        if not asyncio.run(wait_mesh_up([b.url for b in brokers])):
+            raise RuntimeError("the mesh did not come up within 20 s")
         pm = postmaster_pid(db)
         budget_end = time.monotonic() + args.budget_s
         per_probe = args.warmup_s + args.window_s + args.drain_s / 2 + 3
@@ -589,7 +619,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--warmup-s", type=float, default=5.0)
     ap.add_argument("--drain-s", type=float, default=5.0,
                     help="after the window: how long the groups may take to receive it")
-    ap.add_argument("--settle-s", type=float, default=2.0, help="after the brokers start")
     ap.add_argument("--p99-ms", type=float, default=1000.0, help="delivery latency p99 bound")
     ap.add_argument("--min-achieved", type=float, default=0.95,
                     help="pushes achieved / offered a probe needs to keep pace")
@@ -604,6 +633,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--profile-dir", help="py-spy record the brokers in every probe's run; "
                                           "raw stacks here, the top frames printed")
     ap.add_argument("--spy-rate", type=int, default=100, help="py-spy samples per second")
+    ap.add_argument("--spy-arg", dest="spy_args", action="append", default=[],
+                    help="more py-spy record arguments, e.g. --spy-arg=--native (repeatable)")
     ap.add_argument("--top", type=int, default=25, help="frames listed from a profile")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
     args = ap.parse_args(argv)
