@@ -6,8 +6,10 @@ Hints are best-effort. Losing one costs latency, never correctness: a parked
 pop re-checks on its backoff timer, the reconcile loop re-reads flags and
 clears the config cache, the hot-list reseeds from PostgreSQL.
 
-Sending: a committed push wakes local pops, marks the local hot-list and sends
-one MESSAGE_AVAILABLE_BATCH per push bundle; an ack that released a lease
+Sending: a committed push wakes local pops, marks the local hot-list and offers
+its (queue, partition) pairs to the outgoing wake gate, which sends a
+MESSAGE_AVAILABLE_BATCH at once for a queue's first wake and folds further ones
+within the window into one at its end; an ack that released a lease
 does the same for its partition (it may be claimable again); partitions that went from empty
 to pending in the hot-list go out, coalesced, as HOTLIST_DIRTY_BATCH;
 configure/delete send QUEUE_CONFIG_SET/DELETE with the name only;
@@ -48,6 +50,12 @@ class Hints:
         self.mesh = mesh             # Mesh, or None when no peers / sync disabled
         self._flusher: asyncio.Task | None = None
         self.remote_wakes = WakeGate(self._waiters.wake_many)
+        # The same gate on the way out: each peer passes the wakes it receives through its
+        # own gate (above), which lets one through per queue per window and folds the rest
+        # into one at the window's end; so a frame per commit (hundreds a second, each a
+        # socket write here and a read, MAC and decode there) wakes no pop sooner than one
+        # frame at the start of the window and one at its end. Local pops are woken at once.
+        self.sent_wakes = WakeGate(self._send_wakes)
 
     # -- sending ------------------------------------------------------------
     def pushed(self, pairs: list[tuple[str, str]]) -> None:
@@ -69,10 +77,16 @@ class Hints:
     def _broadcast_wake(self, pairs: list[tuple[str, str]]) -> None:
         self._waiters.wake_many(pairs)
         if self.mesh is not None:
-            unique = list(dict.fromkeys(pairs))
-            for i in range(0, len(unique), WAKE_BATCH_MAX):
-                self.mesh.broadcast(frames.MESSAGE_AVAILABLE_BATCH, {"items": [
-                    {"queue": q, "partition": p} for q, p in unique[i:i + WAKE_BATCH_MAX]]})
+            self.sent_wakes.offer(pairs)
+
+    def _send_wakes(self, pairs: list[tuple[str, str | None]]) -> None:
+        if self.mesh is None:
+            return
+        unique = list(dict.fromkeys(pairs))
+        for i in range(0, len(unique), WAKE_BATCH_MAX):
+            self.mesh.broadcast(frames.MESSAGE_AVAILABLE_BATCH, {"items": [
+                {"queue": q, "partition": p} if p is not None else {"queue": q}
+                for q, p in unique[i:i + WAKE_BATCH_MAX]]})
 
     def queue_config_changed(self, queue: str, *, deleted: bool) -> None:
         self._cache.forget(queue)
@@ -94,6 +108,7 @@ class Hints:
 
     async def stop(self) -> None:
         self.remote_wakes.stop()
+        self.sent_wakes.stop()
         if self._flusher is not None:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
