@@ -206,20 +206,23 @@ async def push_one(client: RawHTTPClient, body: str, errors: Counter,
     return f"http_{r.status_code}"
 
 
-async def mesh_frames_sent(urls: list[str]) -> int | None:
-    """Mesh frames the brokers wrote to their peers so far (heartbeats excluded)."""
-    total = 0
+async def health_counters(urls: list[str]) -> Counter | None:
+    """Summed over the brokers, from ``GET /health``: mesh frames written to peers
+    (heartbeats excluded), claim queries, pops woken by commits, timer re-checks."""
+    total: Counter = Counter()
     for url in urls:
         client = RawHTTPClient(url, 1)
         try:
-            t = (await asyncio.wait_for(client.get("/health"), 10)).json()[
-                "shared_state"]["transport"] or {}
+            shared = (await asyncio.wait_for(client.get("/health"), 10)).json()["shared_state"]
+            t, lp = shared["transport"] or {}, shared.get("longPolls") or {}
         except (TimeoutError, OSError, ValueError, KeyError, TypeError, RuntimeError,
                 asyncio.IncompleteReadError):
             return None
         finally:
             await client.aclose()
-        total += int(t.get("messages_sent", 0))
+        total["frames"] += int(t.get("messages_sent", 0))
+        for k in ("claimQueries", "woken", "timerRechecks"):
+            total[k] += int(lp.get(k, 0))
     return total
 
 
@@ -327,7 +330,7 @@ async def probe(brokers: list[Broker], postmaster: int | None, rate: float,
     meter = CpuMeter(brokers, postmaster)
     try:
         await asyncio.sleep(args.warmup_s)
-        frames0 = await mesh_frames_sent(urls)
+        health0 = await health_counters(urls)
         w0 = time.perf_counter()
         meter.start()
         load0 = os.getloadavg()[0]
@@ -335,7 +338,7 @@ async def probe(brokers: list[Broker], postmaster: int | None, rate: float,
         w1 = time.perf_counter()
         cpu = meter.stop()
         load1 = os.getloadavg()[0]
-        frames1 = await mesh_frames_sent(urls)
+        health1 = await health_counters(urls)
         stop_producers.set()
         await asyncio.wait(producers, timeout=35)
         window_tx = {tx for tx, t in answered.items() if w0 <= t < w1}
@@ -372,6 +375,10 @@ async def probe(brokers: list[Broker], postmaster: int | None, rate: float,
             import bisect
             return bisect.bisect_right(answers_before, t) - bisect.bisect_right(recv_times, t)
         pops = [n for t, n in g.pops if w0 <= t < w1]
+        # when the slow deliveries were pushed: per second of the window, how many of the
+        # group's deliveries took over --p99-ms (a stall shows as a cluster)
+        slow_by_s = Counter(int(answered[tx] - w0) for x, tx in zip(lat, window_tx)
+                            if x >= args.p99_ms)
         res_groups.append({
             "group": g.name, "consumers": g.consumers, "batch": g.batch,
             "deliveries_per_s": round(sum(1 for t in recv_times if w0 <= t < w1) / window, 1),
@@ -384,7 +391,8 @@ async def probe(brokers: list[Broker], postmaster: int | None, rate: float,
             "messages_per_pop": round(sum(pops) / len(pops), 2) if pops else None,
             "pops_per_s": round(len(pops) / window, 1),
             "empty_polls_per_s": round(sum(1 for t in g.empty if w0 <= t < w1) / window, 1),
-            "duplicates": g.duplicates})
+            "duplicates": g.duplicates,
+            "slow_by_second": [slow_by_s.get(i, 0) for i in range(int(window) + 1)]})
     growth_cap = max(50.0, rate * 0.5)
     reasons = []
     if achieved < args.min_achieved * rate:
@@ -403,8 +411,10 @@ async def probe(brokers: list[Broker], postmaster: int | None, rate: float,
         "pushed": pushed, "pushes_not_queued": not_queued, "groups": res_groups,
         "keeps_pace": not reasons, "why_not": reasons, "cpu": cpu,
         "broker_cpu_ms_per_push": round(brokers_s * 1000 / pushed, 3) if pushed else None,
-        "mesh_frames_per_s": (round((frames1 - frames0) / window, 1)
-                              if frames0 is not None and frames1 is not None else None),
+        **{f"{k}_per_s": (round((health1[c] - health0[c]) / window, 1)
+                          if health0 is not None and health1 is not None else None)
+           for k, c in (("mesh_frames", "frames"), ("claim_queries", "claimQueries"),
+                        ("woken", "woken"), ("timer_rechecks", "timerRechecks"))},
         "errors": dict(errors), "first_errors": first, "load": [load0, load1],
         "queue": queue, "profile": profile}
 
@@ -418,9 +428,11 @@ def start_py_spy(brokers: list[Broker], args: argparse.Namespace, tag: str) -> l
     out = Path(args.profile_dir)
     out.mkdir(parents=True, exist_ok=True)
     return [(subprocess.Popen(
-        # --native needs the process paused while a sample is read (no --nonblocking)
-        [py_spy(), "record", *(() if "--native" in args.spy_args else ("--nonblocking",)),
-         "--format", "raw", "--rate", str(args.spy_rate), *args.spy_args, "-o", str(out / f"{tag}-b{i}.txt"), "--pid", str(b.proc.pid)],
+        # py-spy's default: the broker paused while a sample is read. Without the pause
+        # (--spy-arg=--nonblocking) stacks are read while they change, and most samples of
+        # this load landed in the event loop's and asyncpg's frames wrongly (perf put 74 % of
+        # the brokers' CPU in the interpreter's bytecode loop, 2 % in asyncpg's protocol).
+        [py_spy(), "record", "--format", "raw", "--rate", str(args.spy_rate), *args.spy_args, "-o", str(out / f"{tag}-b{i}.txt"), "--pid", str(b.proc.pid)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out / f"{tag}-b{i}.txt")
         for i, b in enumerate(brokers)]
 
@@ -462,12 +474,13 @@ def probe_row(label: str, p: dict) -> list[str]:
             f"{fmt(cpu['brokers_s'], '.1f')} / {fmt(cpu['postgres_s'], '.1f')} / "
             f"{fmt(cpu['loadgen_s'], '.1f')} / {fmt(cpu['others_s'], '.1f')}",
             fmt(p["broker_cpu_ms_per_push"], ".2f"), fmt(p["mesh_frames_per_s"]),
+            f"{fmt(p['claim_queries_per_s'])} / {fmt(p['woken_per_s'])}",
             "yes" if p["keeps_pace"] else "no: " + "; ".join(p["why_not"])[:60]]
 
 
 PROBE_HEADERS = ["who", "offered", "pushed/s", "deliv/s g1 / g2", "p50/p99 ms g1 / g2",
                  "backlog +", "msgs/pop", "empty/s", "CPU s brk/pg/lg/other",
-                 "brk ms/push", "mesh frames/s", "keeps pace"]
+                 "brk ms/push", "mesh frames/s", "claims/s / woken/s", "keeps pace"]
 
 
 def segment(label: str, root: Path, args: argparse.Namespace, seg_no: int) -> dict:
@@ -634,7 +647,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                           "raw stacks here, the top frames printed")
     ap.add_argument("--spy-rate", type=int, default=100, help="py-spy samples per second")
     ap.add_argument("--spy-arg", dest="spy_args", action="append", default=[],
-                    help="more py-spy record arguments, e.g. --spy-arg=--native (repeatable)")
+                    help="more py-spy record arguments, e.g. --spy-arg=--nonblocking "
+                         "(repeatable)")
     ap.add_argument("--top", type=int, default=25, help="frames listed from a profile")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
     args = ap.parse_args(argv)
