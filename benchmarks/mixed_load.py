@@ -33,8 +33,12 @@ one revision's probing is spent (a probe that would end after it is not started)
 ``--rates`` each listed rate is probed once, no search.
 
 ``--rev REV`` (repeatable): the brokers of REV (run from a temporary ``git worktree``) are
-measured in the same run as this checkout's (the working tree, uncommitted changes included),
-each with a fresh PostgreSQL and fresh brokers, ``--rounds`` times in alternating order.
+measured in the same run as this checkout's (the working tree, uncommitted changes included).
+Every revision gets its own fresh PostgreSQL and three brokers, all up at once (the idle ones
+cost each other little); the probes take turns, one per revision at a time, the order
+alternating, so a change in the machine's load (other people's processes) hits the
+revisions alike. The search runs per revision, each from its own last probe; ``--budget-s``
+is per revision. ``--rounds N`` repeats the whole measurement with fresh clusters.
 
 Reported per probe and for the found rate: achieved push msg/s; per group deliveries/s, p50 /
 p99 delivery latency, backlog growth, messages per pop (mean over pops that brought messages,
@@ -226,8 +230,52 @@ async def health_counters(urls: list[str]) -> Counter | None:
     return total
 
 
+PGSS_TOP = """SELECT calls, round(total_exec_time::numeric, 1) AS total_ms,
+                 round(mean_exec_time::numeric, 3) AS mean_ms, toplevel,
+                 left(regexp_replace(query, '\\s+', ' ', 'g'), 100) AS query
+          FROM pg_stat_statements WHERE query NOT ILIKE '%pg_stat_statements%'
+          ORDER BY total_exec_time DESC LIMIT $1"""
+
+
+def enable_pg_statements(db: Database) -> None:
+    """pg_stat_statements (track=all: statements inside the data-path functions too) on the
+    embedded server, which restarts for it (before any broker connects)."""
+    import asyncpg
+
+    async def run() -> None:
+        conn = await asyncpg.connect(db.dsn)
+        try:
+            await conn.execute("ALTER SYSTEM SET shared_preload_libraries = pg_stat_statements")
+            await conn.execute("ALTER SYSTEM SET pg_stat_statements.track = 'all'")
+        finally:
+            await conn.close()
+        db.embedded.stop(mode="fast")
+        db.embedded.start()
+        conn = await asyncpg.connect(db.dsn)
+        try:
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        finally:
+            await conn.close()
+    asyncio.run(run())
+
+
+async def pg_statements(db: Database | None, top: int, reset: bool = False) -> list[dict]:
+    if db is None:
+        return []
+    import asyncpg
+    conn = await asyncpg.connect(db.dsn)
+    try:
+        if reset:
+            await conn.execute("SELECT pg_stat_statements_reset()")
+            return []
+        return [dict(r) for r in await conn.fetch(PGSS_TOP, top)]
+    finally:
+        await conn.close()
+
+
 async def probe(brokers: list[Broker], postmaster: int | None, rate: float,
-                args: argparse.Namespace, profile_tag: str | None = None) -> dict[str, Any]:
+                args: argparse.Namespace, profile_tag: str | None = None,
+                pgss: Database | None = None) -> dict[str, Any]:
     urls = [b.url for b in brokers]
     queue = f"mixed-{uuid.uuid4().hex[:8]}"
     P = args.producers
@@ -332,11 +380,13 @@ async def probe(brokers: list[Broker], postmaster: int | None, rate: float,
         await asyncio.sleep(args.warmup_s)
         health0 = await health_counters(urls)
         w0 = time.perf_counter()
+        await pg_statements(pgss, args.top, reset=True)
         meter.start()
         load0 = os.getloadavg()[0]
         await asyncio.sleep(args.window_s)
         w1 = time.perf_counter()
         cpu = meter.stop()
+        statements = await pg_statements(pgss, args.top)
         load1 = os.getloadavg()[0]
         health1 = await health_counters(urls)
         stop_producers.set()
@@ -406,7 +456,12 @@ async def probe(brokers: list[Broker], postmaster: int | None, rate: float,
         if g["backlog_growth"] > growth_cap:
             reasons.append(f"{g['group']} backlog +{g['backlog_growth']}")
     brokers_s = cpu["brokers_s"] or 0.0
+    # HTTP requests the window took: pushes, pops (with messages or empty) and their acks
+    requests = pushed + sum(2 * g["pops_with_messages"] + g["empty_polls_per_s"] * window
+                            for g in res_groups)
     return {
+        "requests": round(requests),
+        "broker_cpu_ms_per_request": round(brokers_s * 1000 / requests, 3) if requests else None,
         "offered": round(rate, 1), "achieved": round(achieved, 1), "window_s": round(window, 2),
         "pushed": pushed, "pushes_not_queued": not_queued, "groups": res_groups,
         "keeps_pace": not reasons, "why_not": reasons, "cpu": cpu,
@@ -416,7 +471,7 @@ async def probe(brokers: list[Broker], postmaster: int | None, rate: float,
            for k, c in (("mesh_frames", "frames"), ("claim_queries", "claimQueries"),
                         ("woken", "woken"), ("timer_rechecks", "timerRechecks"))},
         "errors": dict(errors), "first_errors": first, "load": [load0, load1],
-        "queue": queue, "profile": profile}
+        "queue": queue, "profile": profile, "pg_statements": statements}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -473,75 +528,126 @@ def probe_row(label: str, p: dict) -> list[str]:
             " / ".join(fmt(x["empty_polls_per_s"], ".0f") for x in g),
             f"{fmt(cpu['brokers_s'], '.1f')} / {fmt(cpu['postgres_s'], '.1f')} / "
             f"{fmt(cpu['loadgen_s'], '.1f')} / {fmt(cpu['others_s'], '.1f')}",
-            fmt(p["broker_cpu_ms_per_push"], ".2f"), fmt(p["mesh_frames_per_s"]),
+            fmt(p["broker_cpu_ms_per_push"], ".2f"), fmt(p["broker_cpu_ms_per_request"], ".3f"),
+            fmt(p["mesh_frames_per_s"]),
             f"{fmt(p['claim_queries_per_s'])} / {fmt(p['woken_per_s'])}",
             "yes" if p["keeps_pace"] else "no: " + "; ".join(p["why_not"])[:60]]
 
 
 PROBE_HEADERS = ["who", "offered", "pushed/s", "deliv/s g1 / g2", "p50/p99 ms g1 / g2",
                  "backlog +", "msgs/pop", "empty/s", "CPU s brk/pg/lg/other",
-                 "brk ms/push", "mesh frames/s", "claims/s / woken/s", "keeps pace"]
+                 "brk ms/push", "brk ms/req", "mesh frames/s", "claims/s / woken/s", "keeps pace"]
 
 
-def segment(label: str, root: Path, args: argparse.Namespace, seg_no: int) -> dict:
-    """A fresh PostgreSQL and three brokers from ``root``; the search (or the --rates)."""
-    log(f"=== {label}: PostgreSQL and three brokers from {root} "
-        f"(load {os.getloadavg()[0]:.2f})")
-    db = start_database()
-    brokers: list[Broker] = []
-    probes: list[dict] = []
+class Cluster:
+    """One revision's PostgreSQL and three meshed brokers, and its search state."""
+
+    def __init__(self, label: str, root: Path, args: argparse.Namespace) -> None:
+        self.label, self.root = label, root
+        self.probes: list[dict] = []
+        self.lo: float | None = None   # highest rate that kept pace
+        self.hi: float | None = None   # lowest rate that did not
+        self.next_rate: float | None = args.start_rate
+        self.db = start_database()
+        self.brokers: list[Broker] = []
+        try:
+            if args.pg_statements:
+                if self.db.embedded is None:
+                    raise SystemExit("--pg-statements needs the embedded PostgreSQL")
+                enable_pg_statements(self.db)
+            self.brokers = start_brokers(self.db, NB, mesh=True, root=root,
+                                         LOG_LEVEL=args.log_level, **dict(args.env))
+            if not asyncio.run(wait_mesh_up([b.url for b in self.brokers])):
+                raise RuntimeError("the mesh did not come up within 20 s")
+        except BaseException:
+            self.close()
+            raise
+        self.postmaster = postmaster_pid(self.db)
+
+    def run(self, rate: float, args: argparse.Namespace, n: int) -> dict:
+        tag = f"{self.label}-{n}-{rate:.0f}" if args.profile_dir else None
+        p = asyncio.run(probe(self.brokers, self.postmaster, rate, args, tag,
+                              self.db if args.pg_statements else None))
+        self.probes.append(p)
+        print(table(PROBE_HEADERS, [probe_row(self.label, p)]), flush=True)
+        if p["errors"]:
+            log(f"errors: {p['errors']} {p['first_errors']}")
+        if p["profile"]:
+            print_profile(p["profile"])
+        if p["pg_statements"]:
+            print_statements(p["pg_statements"], p["window_s"], p["pushed"])
+        return p
+
+    def step(self, p: dict, args: argparse.Namespace) -> None:
+        """The search: up by --step while probes keep pace, down while they do not, then
+        bisection until the bracket is within --precision."""
+        rate = p["offered"]
+        if p["keeps_pace"]:
+            self.lo = rate if self.lo is None else max(self.lo, rate)
+        else:
+            self.hi = rate if self.hi is None else min(self.hi, rate)
+        if self.hi is None:
+            self.next_rate = rate * args.step
+        elif self.lo is None:
+            self.next_rate = rate / args.step if rate / args.step >= args.min_rate else None
+        elif self.hi / self.lo <= 1 + args.precision:
+            self.next_rate = None
+        else:
+            self.next_rate = math.sqrt(self.lo * self.hi)
+
+    def result(self) -> dict:
+        passing = [p for p in self.probes if p["keeps_pace"]]
+        found = max(passing, key=lambda p: p["offered"]) if passing else None
+        return {"label": self.label, "root": str(self.root), "probes": self.probes,
+                "found": found,
+                "lowest_failing": min((p["offered"] for p in self.probes
+                                       if not p["keeps_pace"]), default=None)}
+
+    def close(self) -> None:
+        for b in self.brokers:
+            b.stop()
+        self.db.stop()
+
+
+def measure(trees: list[tuple[str, Path]], args: argparse.Namespace) -> list[dict]:
+    """Every revision's cluster up at once; each round probes them one after another (the
+    order alternating), so the revisions share the machine's moods; with --rates each rate
+    once per revision, else each revision's search moves on from its own last probe."""
+    clusters: list[Cluster] = []
     try:
-        brokers = start_brokers(db, NB, mesh=True, root=root, LOG_LEVEL=args.log_level,
-                                **dict(args.env))
-        if not asyncio.run(wait_mesh_up([b.url for b in brokers])):
-            raise RuntimeError("the mesh did not come up within 20 s")
-        pm = postmaster_pid(db)
-        budget_end = time.monotonic() + args.budget_s
+        for label, root in trees:
+            log(f"=== {label}: PostgreSQL and three brokers from {root} "
+                f"(load {os.getloadavg()[0]:.2f})")
+            clusters.append(Cluster(label, root, args))
         per_probe = args.warmup_s + args.window_s + args.drain_s / 2 + 3
-        lo = hi = None
-        rate = args.start_rate
+        budget_end = time.monotonic() + args.budget_s * len(clusters)
         plan = list(args.rates) if args.rates else None
+        n = 0
         while True:
             if plan is not None:
                 if not plan:
                     break
                 rate = plan.pop(0)
-            elif time.monotonic() + per_probe > budget_end:
-                log(f"{label}: budget spent")
-                break
-            tag = f"{label}-s{seg_no}-{rate:.0f}" if args.profile_dir else None
-            p = asyncio.run(probe(brokers, pm, rate, args, tag))
-            probes.append(p)
-            print(table(PROBE_HEADERS, [probe_row(label, p)]), flush=True)
-            if p["errors"]:
-                log(f"errors: {p['errors']} {p['first_errors']}")
-            if p["profile"]:
-                print_profile(p["profile"])
-            if plan is not None:
-                continue
-            if p["keeps_pace"]:
-                lo = rate if lo is None else max(lo, rate)
+                todo = [(c, rate) for c in clusters]
             else:
-                hi = rate if hi is None else min(hi, rate)
-            if hi is None:
-                rate = rate * args.step
-            elif lo is None:
-                rate = rate / args.step
-                if rate < args.min_rate:
+                todo = [(c, c.next_rate) for c in clusters if c.next_rate is not None]
+                if not todo:
                     break
-            else:
-                if hi / lo <= 1 + args.precision:
+                if time.monotonic() + per_probe * len(todo) > budget_end:
+                    log("budget spent")
                     break
-                rate = math.sqrt(lo * hi)
+            if n % 2:
+                todo.reverse()
+            n += 1
+            for c, r in todo:
+                assert r is not None
+                p = c.run(r, args, n)
+                if plan is None:
+                    c.step(p, args)
+        return [c.result() for c in clusters]
     finally:
-        for b in brokers:
-            b.stop()
-        db.stop()
-    passing = [p for p in probes if p["keeps_pace"]]
-    found = max(passing, key=lambda p: p["offered"]) if passing else None
-    return {"label": label, "root": str(root), "probes": probes, "found": found,
-            "lowest_failing": min((p["offered"] for p in probes if not p["keeps_pace"]),
-                                  default=None)}
+        for c in clusters:
+            c.close()
 
 
 def print_profile(prof: dict) -> None:
@@ -551,6 +657,16 @@ def print_profile(prof: dict) -> None:
     print("  including callees:")
     for f, p in prof["inclusive"]:
         print(f"    {p:5.1f}%  {f}")
+
+
+def print_statements(rows: list[dict], window: float, pushed: int) -> None:
+    print(f"  PostgreSQL over the window (pg_stat_statements, track=all; ms of execution per "
+          f"pushed message = total / {pushed:,} pushes):")
+    for r in rows:
+        per = float(r["total_ms"]) / pushed if pushed else 0.0
+        print(f"    {float(r['total_ms']):>9,.1f} ms {r['calls'] / window:>7,.1f}/s "
+              f"{float(r['mean_ms']):>7.3f} ms/call {per:6.3f} ms/push "
+              f"{'' if r['toplevel'] else '(nested) '}{r['query']}")
 
 
 def summary_rows(segments: list[dict]) -> list[list[str]]:
@@ -618,7 +734,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--rev", action="append", default=[],
                     help="also measure this git revision's brokers (repeatable)")
     ap.add_argument("--rounds", type=int, default=1,
-                    help="with --rev: every revision this many times, in alternating order")
+                    help="repeat the measurement (fresh clusters) this many times")
     ap.add_argument("--rates", type=parse_rates,
                     help="probe these offered msg/s (comma-separated) instead of searching")
     ap.add_argument("--start-rate", type=float, default=450.0)
@@ -650,6 +766,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="more py-spy record arguments, e.g. --spy-arg=--nonblocking "
                          "(repeatable)")
     ap.add_argument("--top", type=int, default=25, help="frames listed from a profile")
+    ap.add_argument("--pg-statements", action="store_true",
+                    help="pg_stat_statements over every probe's window (embedded PostgreSQL)")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
     args = ap.parse_args(argv)
     if args.producers < 1 or args.partitions < 1 or args.rounds < 1 or args.window_s <= 0:
@@ -683,11 +801,8 @@ def main(argv: list[str] | None = None) -> int:
                                    capture_output=True).stdout.strip()
             trees.append((f"{rev}@{short}" if short != rev else rev, path))
         trees.append((f"{TREE}@{head}{'+' if dirty else ''}", ROOT))
-        n = 0
-        for r in range(args.rounds):
-            for label, path in (trees if r % 2 == 0 else list(reversed(trees))):
-                n += 1
-                segments.append(segment(label, path, args, n))
+        for _ in range(args.rounds):
+            segments += measure(trees, args)
     finally:
         for path in made:
             drop_worktree(path)
