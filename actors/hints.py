@@ -78,7 +78,16 @@ class Hints:
         if self._hotlist is not None:
             for queue, group, partition in leases:
                 self._hotlist.ack_released(queue, group, partition)
-        self._broadcast_wake([(queue, partition) for queue, _group, partition in leases])
+        # Locally only the releasing group's pops: another group's lease and cursor on the
+        # partition did not move, so a pop of it woken here would claim nothing new. (The
+        # peers get the pairs alone; their gate lets few of them through.)
+        by_group: dict[str, list[tuple[str, str]]] = {}
+        for queue, group, partition in leases:
+            by_group.setdefault(group, []).append((queue, partition))
+        for group, pairs in by_group.items():
+            self._waiters.wake_many(pairs, group)
+        if self.mesh is not None:
+            self.sent_wakes.offer([(queue, partition) for queue, _group, partition in leases])
 
     def _broadcast_wake(self, pairs: list[tuple[str, str]]) -> None:
         self._waiters.wake_many(pairs)
