@@ -4,8 +4,9 @@ it costs in CPU (brokers, PostgreSQL, load generator); optionally for two revisi
 
     .venv/bin/python benchmarks/mixed_load.py                          # this checkout, search
     .venv/bin/python benchmarks/mixed_load.py --rev main               # main's brokers beside
-    .venv/bin/python benchmarks/mixed_load.py --rev main --rates 500,700 --window-s 30
-    .venv/bin/python benchmarks/mixed_load.py --rates 600 --profile-dir /tmp/prof   # py-spy
+    .venv/bin/python benchmarks/mixed_load.py --rev main --rates 300,300 --window-s 30
+    .venv/bin/python benchmarks/mixed_load.py --rates 300 --profile-dir /tmp/prof   # py-spy
+    .venv/bin/python benchmarks/mixed_load.py --rates 300 --pg-statements           # SQL
 
 The load: ``--producers`` (32) sequential producers push one message per request (waiting for
 the answer), producer *i* to partition ``k<i % --partitions>``, its *n*-th request to broker
@@ -45,7 +46,11 @@ p99 delivery latency, backlog growth, messages per pop (mean over pops that brou
 and the empty long polls); CPU seconds over the window of the three brokers (from /proc), of
 PostgreSQL (the postmaster, its live children and its reaped children, from /proc) and of this
 load generator (getrusage), their share of the machine's busy CPU (the rest is other
-processes), and broker CPU per pushed message (a push, its two deliveries and their acks).
+processes), broker CPU per pushed message (a push, its two deliveries and their acks) and per
+HTTP request (pushes, pops, acks: it moves less with messages per pop, so it is the figure to
+compare at a fixed rate), mesh frames sent, claim queries and pops woken per second (the
+brokers' ``/health``). ``--profile-dir`` records the brokers with py-spy during each probe and
+prints the top frames; ``--pg-statements`` prints pg_stat_statements over each window.
 ``--json PATH`` writes everything. Exit status 1 when a probe saw HTTP or connection errors
 other than at start-up, 2 on bad arguments.
 """
