@@ -6,8 +6,10 @@ Hints are best-effort. Losing one costs latency, never correctness: a parked
 pop re-checks on its backoff timer, the reconcile loop re-reads flags and
 clears the config cache, the hot-list reseeds from PostgreSQL.
 
-Sending: a committed push wakes local pops, marks the local hot-list and sends
-one MESSAGE_AVAILABLE_BATCH per push bundle; an ack that released a lease
+Sending: a committed push wakes local pops, marks the local hot-list and offers
+its (queue, partition) pairs to the outgoing wake gate, which sends a
+MESSAGE_AVAILABLE_BATCH at once for a queue's first wake and folds further ones
+within the window into one at its end; an ack that released a lease
 does the same for its partition (it may be claimable again); partitions that went from empty
 to pending in the hot-list go out, coalesced, as HOTLIST_DIRTY_BATCH;
 configure/delete send QUEUE_CONFIG_SET/DELETE with the name only;
@@ -31,7 +33,10 @@ from actors.mesh import frames
 from actors.mesh.wake_gate import WakeGate
 from actors.reconciler import MaintenanceFlags, QueueConfigCache
 
-DIRTY_FLUSH_INTERVAL_S = 0.01
+# The dirty flusher sends at once after a quiet spell, then at most once per interval: under
+# a steady load each peer gets up to 20 frames a second, not one per commit (every frame is a
+# socket write here, a read, MAC check and decode there).
+DIRTY_FLUSH_INTERVAL_S = 0.05
 DIRTY_BATCH_MAX = 1000
 # Most (queue, partition) items per wake frame: a push of many partitions
 # goes out as several frames, each well under QUEEN_MESH_MAX_FRAME_BYTES.
@@ -47,13 +52,22 @@ class Hints:
         self._hotlist = hotlist      # HotList proxy, or None
         self.mesh = mesh             # Mesh, or None when no peers / sync disabled
         self._flusher: asyncio.Task | None = None
+        self._marked = asyncio.Event()  # a local push marked the hot-list: dirty hints to send
         self.remote_wakes = WakeGate(self._waiters.wake_many)
+        # The same gate on the way out: each peer passes the wakes it receives through its
+        # own gate (above), which lets one through per queue per window and folds the rest
+        # into one at the window's end; so a frame per commit (hundreds a second, each a
+        # socket write here and a read, MAC and decode there) wakes no pop sooner than one
+        # frame at the start of the window and one at its end. Local pops are woken at once.
+        self.sent_wakes = WakeGate(self._send_wakes)
 
     # -- sending ------------------------------------------------------------
     def pushed(self, pairs: list[tuple[str, str]]) -> None:
         """After a committed push (never a spooled one)."""
         if self._hotlist is not None:
             self._hotlist.mark_many(pairs)
+            # after the mark: the flusher's drain comes behind it in the hot-list's inbox
+            self._marked.set()
         self._broadcast_wake(pairs)
 
     def released(self, leases: list[tuple[str, str, str]]) -> None:
@@ -64,15 +78,30 @@ class Hints:
         if self._hotlist is not None:
             for queue, group, partition in leases:
                 self._hotlist.ack_released(queue, group, partition)
-        self._broadcast_wake([(queue, partition) for queue, _group, partition in leases])
+        # Locally only the releasing group's pops: another group's lease and cursor on the
+        # partition did not move, so a pop of it woken here would claim nothing new. (The
+        # peers get the pairs alone; their gate lets few of them through.)
+        by_group: dict[str, list[tuple[str, str]]] = {}
+        for queue, group, partition in leases:
+            by_group.setdefault(group, []).append((queue, partition))
+        for group, pairs in by_group.items():
+            self._waiters.wake_many(pairs, group)
+        if self.mesh is not None:
+            self.sent_wakes.offer([(queue, partition) for queue, _group, partition in leases])
 
     def _broadcast_wake(self, pairs: list[tuple[str, str]]) -> None:
         self._waiters.wake_many(pairs)
         if self.mesh is not None:
-            unique = list(dict.fromkeys(pairs))
-            for i in range(0, len(unique), WAKE_BATCH_MAX):
-                self.mesh.broadcast(frames.MESSAGE_AVAILABLE_BATCH, {"items": [
-                    {"queue": q, "partition": p} for q, p in unique[i:i + WAKE_BATCH_MAX]]})
+            self.sent_wakes.offer(pairs)
+
+    def _send_wakes(self, pairs: list[tuple[str, str | None]]) -> None:
+        if self.mesh is None:
+            return
+        unique = list(dict.fromkeys(pairs))
+        for i in range(0, len(unique), WAKE_BATCH_MAX):
+            self.mesh.broadcast(frames.MESSAGE_AVAILABLE_BATCH, {"items": [
+                {"queue": q, "partition": p} if p is not None else {"queue": q}
+                for q, p in unique[i:i + WAKE_BATCH_MAX]]})
 
     def queue_config_changed(self, queue: str, *, deleted: bool) -> None:
         self._cache.forget(queue)
@@ -94,6 +123,7 @@ class Hints:
 
     async def stop(self) -> None:
         self.remote_wakes.stop()
+        self.sent_wakes.stop()
         if self._flusher is not None:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
@@ -102,15 +132,21 @@ class Hints:
         # Coalesced: a partition pushed a thousand times within one window costs one hint.
         hotlist, mesh = self._hotlist, self.mesh
         assert hotlist is not None and mesh is not None  # see start_dirty_flusher
+        # Only local pushes make dirty hints (pushed() marks): the flusher sleeps until one
+        # comes, instead of asking the hot-list for nothing a hundred times a second.
         while True:
-            await asyncio.sleep(DIRTY_FLUSH_INTERVAL_S)
+            await self._marked.wait()
+            self._marked.clear()
             try:
                 dirty = await hotlist.drain_dirty(DIRTY_BATCH_MAX)
             except Exception:  # the hot-list stopped (shutdown)
                 return
+            if len(dirty) >= DIRTY_BATCH_MAX:
+                self._marked.set()  # more than a frame's worth: the rest after the pause
             if dirty:
                 mesh.broadcast(frames.HOTLIST_DIRTY_BATCH,
                                     {"items": [{"queue": q, "partition": p} for q, p in dirty]})
+                await asyncio.sleep(DIRTY_FLUSH_INTERVAL_S)  # what comes meanwhile: one frame
 
     # -- receiving ----------------------------------------------------------
     def on_frame(self, kind: int, payload: dict, sender: str) -> None:

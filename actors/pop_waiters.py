@@ -51,10 +51,11 @@ class Cohort:
     found nothing), started at `probe_started`.
     """
 
-    __slots__ = ("last_empty", "partition", "probe", "probe_started", "waiters")
+    __slots__ = ("group", "last_empty", "partition", "probe", "probe_started", "waiters")
 
-    def __init__(self, partition: str | None) -> None:
+    def __init__(self, partition: str | None, group: str | None = None) -> None:
         self.partition = partition  # the members' partition filter (None: any)
+        self.group = group  # the members' consumer group (None: not declared)
         self.waiters: dict[Waiter, None] = {}  # an ordered set
         self.last_empty = float("-inf")
         self.probe: asyncio.Future[bool] | None = None
@@ -89,13 +90,17 @@ class Waiter:
     the pop is busy re-checking is not lost.
     """
 
-    __slots__ = ("busy", "closing", "cohort", "event", "hints", "key", "partition", "queue")
+    __slots__ = ("busy", "closing", "cohort", "event", "group", "hints", "key", "partition",
+                 "queue")
 
     def __init__(self, queue: str | None, partition: str | None = None,
-                 scope: Hashable = ()) -> None:
+                 scope: Hashable = (), group: str | None = None) -> None:
         self.queue = queue  # None: woken by a push to any queue
         self.partition = partition
         self.key = (partition, scope)  # the cohort within the queue
+        # The consumer group the pop claims for (part of its scope): a released lease is
+        # news only for its own group's pops. None: woken by every wake of its queue.
+        self.group = group
         self.event = asyncio.Event()
         self.hints: list[str] = []
         self.busy = False  # running an attempt
@@ -128,7 +133,7 @@ class PopWaiterRegistry(AsyncioActor):
         cohorts = self._queues.setdefault(waiter.queue, {})
         cohort = cohorts.get(waiter.key)
         if cohort is None:
-            cohort = cohorts[waiter.key] = Cohort(waiter.partition)
+            cohort = cohorts[waiter.key] = Cohort(waiter.partition, waiter.group)
         cohort.waiters[waiter] = None
         waiter.cohort = cohort
 
@@ -155,11 +160,14 @@ class PopWaiterRegistry(AsyncioActor):
         """A push to (queue, partition) committed. Returns how many pops were woken."""
         return self.wake_many([(queue, partition)])
 
-    def wake_many(self, pushes: Iterable[tuple[str, str | None]]) -> int:
+    def wake_many(self, pushes: Iterable[tuple[str, str | None]],
+                  group: str | None = None) -> int:
         """Pushes to these (queue, partition) pairs committed (partition None:
         some partition of the queue). Per cohort, one pop per distinct pair it
-        could take; pops spanning queues, one per distinct pair. Returns how
-        many pops were woken."""
+        could take; pops spanning queues, one per distinct pair. ``group``: the
+        pairs are leases of that consumer group released, which only its own
+        pops can use (another group's lease and cursor did not move), so the
+        cohorts of other groups sleep on. Returns how many pops were woken."""
         woken: set[Waiter] = set()
         by_queue: dict[str, dict[str | None, None]] = {}
         for queue, partition in pushes:
@@ -167,10 +175,14 @@ class PopWaiterRegistry(AsyncioActor):
         pairs = sum(len(parts) for parts in by_queue.values())
         for queue, parts in by_queue.items():
             for cohort in self._queues.get(queue, {}).values():
+                if group is not None and cohort.group not in (None, group):
+                    continue
                 for partition in parts:
                     if cohort.matches(partition):
                         self._wake_one(cohort, partition, woken)
         for cohort in self._queues.get(None, {}).values():
+            if group is not None and cohort.group not in (None, group):
+                continue
             for _ in range(pairs):
                 if not self._wake_one(cohort, None, woken):
                     break  # every pop of it is woken already

@@ -146,17 +146,19 @@ class Broker:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def start_brokers(database: Database, n: int, mesh: bool, **env_overrides: str) -> list[Broker]:
+def start_brokers(database: Database, n: int, mesh: bool, *, root: Path | None = None,
+                  **env_overrides: str) -> list[Broker]:
     """``n`` brokers on one database, each with its own server id and mesh port.  With ``mesh``
     each lists all the others as peers (same secret, loopback); without it QUEEN_MESH_PEERS is
-    empty, so no mesh runs and a broker only learns of another's pushes by re-checking."""
+    empty, so no mesh runs and a broker only learns of another's pushes by re-checking.
+    ``root``: run them from another checkout (as ``Broker``)."""
     ports = [free_port() for _ in range(n)]
     secret = "be" * 32
     brokers: list[Broker] = []
     try:
         for i in range(n):
             peers = ",".join(f"127.0.0.1:{p}" for j, p in enumerate(ports) if j != i)
-            brokers.append(Broker(database, **{
+            brokers.append(Broker(database, root=root, **{
                 "QUEEN_SERVER_ID": f"bench-{i}", "QUEEN_MESH_PORT": str(ports[i]),
                 "QUEEN_MESH_PEERS": peers if mesh else "", "QUEEN_SYNC_SECRET": secret,
                 **env_overrides}))

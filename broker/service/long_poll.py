@@ -109,6 +109,7 @@ async def long_poll(
     recheck_by: Callable[[], float | None] = lambda: None,
     partition: str | None = None,
     scope: Hashable = (),
+    group: str | None = None,
     more_after: Callable[[R], bool] = lambda result: False,
     counters: Counter[str] | None = None,
 ) -> R:
@@ -123,7 +124,8 @@ async def long_poll(
     a lease the last look found: nothing wakes a pop when a lease expires).
 
     `partition` and `scope` (with `queue`) name the pop's cohort: pops that
-    would run the same claim. `more_after(result)`: the result may have left
+    would run the same claim. `group`: the consumer group in the scope (a lease
+    another group released wakes none of its pops). `more_after(result)`: the result may have left
     work for the next pop of the cohort (it is woken). `counters`, if given,
     counts `timer_rechecks` (timer fired), `shared_rechecks` (answered by a
     cohort member's check) and `attempts` (attempts run).
@@ -135,7 +137,7 @@ async def long_poll(
     if result or time.monotonic() >= deadline:
         return result
 
-    waiter = Waiter(queue, partition, scope)
+    waiter = Waiter(queue, partition, scope, group)
     # A tell, not an ask: the inbox is FIFO, so any wake sent after this
     # already finds the waiter, without making every pop wait for a reply.
     _tell(registry_ref, "register", waiter)

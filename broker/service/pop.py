@@ -121,6 +121,7 @@ async def pop(ctx: BrokerContext, req: PopRequest) -> PopResult:
             max_ms=settings.pop_wait_max_interval_ms,
             recheck_by=lambda: attempts.lease_end,
             partition=req.partition, scope=(req.group, req.namespace, req.task),
+            group=req.group,
             # auto-ack leaves no lease: a full batch may leave more for the next pop
             more_after=lambda p: bool(req.auto_ack and p and len(p.rows) >= attempts.batch),
             counters=telemetry.pops)

@@ -76,6 +76,98 @@ async def test_push_on_a_wakes_a_pop_parked_on_b_through_the_mesh(pair, queue_na
     assert elapsed < 6, f"answered after {elapsed:.1f}s: B's 8 s timer, not the mesh wake"
 
 
+def test_a_burst_of_pushes_sends_a_peer_one_wake_per_window_not_one_per_push(
+        broker_factory, queue_name):
+    """Wakes to the peers go through the same per-queue gate as received ones: a burst of
+    pushes to one queue costs a peer a wake frame when it starts and one per 250 ms window
+    after, not a frame per push. (No hot-list, so no dirty hints: every frame A sends is a
+    wake.)"""
+    a, b = start_cluster(broker_factory, 2, QUEEN_HOTLIST="false")
+    for x in (a, b):
+        wait_until(lambda x=x: all_connected(x.url, 1), what=f"mesh up on {x.url}")
+    pushes = 60
+    sent_before = transport(a.url)["messages_sent"]
+    started = time.monotonic()
+    with httpx.Client(base_url=a.url, timeout=30) as on_a:
+        for i in range(pushes):
+            r = on_a.post("/api/v1/push", json={"items": [
+                {"queue": queue_name, "partition": "p", "payload": i}]})
+            assert r.status_code in (200, 201) and r.json()[0]["status"] == "queued"
+    elapsed = time.monotonic() - started
+    time.sleep(0.6)  # the trailing folded wake of the last window goes out
+    frames = transport(a.url)["messages_sent"] - sent_before
+    windows = elapsed / 0.25 + 2  # the first wake, and one at the end of each window
+    assert frames <= windows, (frames, elapsed)
+    assert frames < pushes / 2
+
+
+async def test_a_burst_of_pushes_to_many_partitions_reaches_b_in_a_few_frames(
+        broker_factory, queue_name):
+    """A burst of pushes to 60 partitions on A: B's hot-list ring learns every partition
+    (dirty hints), in a few frames: a wake frame per 250 ms window and a dirty-hint frame at
+    most every 50 ms, not a frame of each per push."""
+    a, b = start_cluster(broker_factory, 2)
+    for x in (a, b):
+        wait_until(lambda x=x: all_connected(x.url, 1), what=f"mesh up on {x.url}")
+    pushes = 60
+    async with httpx.AsyncClient(base_url=b.url, timeout=30) as on_b, \
+            httpx.AsyncClient(base_url=a.url, timeout=30) as on_a:
+        # a ring of group g for the queue on B
+        await on_a.post("/api/v1/push", json={"items": [
+            {"queue": queue_name, "partition": "seed", "payload": 0}]})
+        seed = (await on_b.get(f"/api/v1/pop/queue/{queue_name}",
+                               params={"consumerGroup": "g", "batch": "10"})).json()
+        assert [m["data"] for m in seed["messages"]] == [0]
+        await on_b.post("/api/v1/ack/batch", json={"consumerGroup": "g", "acknowledgments": [
+            {"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+             "leaseId": m["leaseId"], "status": "completed"} for m in seed["messages"]]})
+        await asyncio.sleep(0.6)  # the wake and dirty windows of the seed push are over
+        sent_before = transport(a.url)["messages_sent"]
+        started = time.monotonic()
+        answers = await asyncio.gather(*(on_a.post("/api/v1/push", json={"items": [
+            {"queue": queue_name, "partition": f"p{i}", "payload": i}]}) for i in range(pushes)))
+        elapsed = time.monotonic() - started
+        assert all(r.json()[0]["status"] == "queued" for r in answers)
+
+        async def ring_knows_all() -> bool:
+            hot = (await on_b.get("/health")).json()["shared_state"]["hotList"]
+            return hot["ready"] + hot["wheel"] + hot["inflight"] >= pushes
+        await wait_until_async(ring_knows_all, 10, "B's ring holding the 60 partitions",
+                               interval=0.05)
+    await asyncio.sleep(0.6)  # the trailing frames of the last windows
+    frames = transport(a.url)["messages_sent"] - sent_before
+    allowed = (elapsed / 0.25 + 2) + (elapsed / 0.05 + 2)
+    assert frames <= allowed, (frames, elapsed)
+    assert frames < pushes / 2, (frames, elapsed)
+
+
+async def test_a_pop_parked_on_b_within_a_folded_wake_window_is_woken(pair, queue_name):
+    """A push whose wake the sender folds (it comes within the window of an earlier one)
+    still wakes a pop parked on the peer, at the window's end, not at B's 8 s timer."""
+    a, b = pair
+    async with httpx.AsyncClient(base_url=b.url, timeout=30) as on_b, \
+            httpx.AsyncClient(base_url=a.url, timeout=30) as on_a:
+        # opens the window on A for the queue (nobody is parked yet)
+        await on_a.post("/api/v1/push", json={"items": [
+            {"queue": queue_name, "partition": "first", "payload": "first"}]})
+        first = (await on_b.get(f"/api/v1/pop/queue/{queue_name}",
+                                params={"batch": "10"})).json()
+        assert [m["data"] for m in first["messages"]] == ["first"]
+        await on_b.post("/api/v1/ack/batch", json={"acknowledgments": [
+            {"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+             "leaseId": m["leaseId"], "status": "completed"} for m in first["messages"]]})
+        started = time.monotonic()
+        pop = asyncio.create_task(on_b.get(f"/api/v1/pop/queue/{queue_name}",
+                                           params={"wait": "true", "timeout": "20000"}))
+        await _wait_parked(on_b, 1)
+        await on_a.post("/api/v1/push", json={"items": [
+            {"queue": queue_name, "partition": "second", "payload": "second"}]})
+        body = (await pop).json()
+        elapsed = time.monotonic() - started
+    assert [m["data"] for m in body["messages"]] == ["second"]
+    assert elapsed < 6, f"answered after {elapsed:.1f}s: B's 8 s timer, not the mesh wake"
+
+
 def test_lease_taken_on_a_is_acked_on_b(pair, queue_name):
     a, b = pair
     httpx.post(a.url + "/api/v1/push", json={"items": [

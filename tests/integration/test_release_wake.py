@@ -94,3 +94,51 @@ def test_a_pop_parked_on_a_leased_partition_is_served_when_the_lease_expires(
         assert [m["transactionId"] for m in r.json()["messages"]] == ["m0"]  # redelivered
         assert r.json()["messages"][0]["retryCount"] >= 0
         assert 1.5 <= waited < 2 + WAKE_BOUND_S  # at the lease's end, far below 20 s
+
+
+def test_a_released_lease_wakes_only_the_pops_of_the_group_that_released_it(
+        slow_recheck_broker, queue_name):
+    """g1 and g2 each have a pop parked on the queue; g1's ack releases g1's lease. Only g1's
+    pop is woken (one wake, counted in /health): g2's lease and cursor did not move, so a g2
+    pop woken by it would only run an empty claim."""
+    url = slow_recheck_broker.url
+
+    def woken(http: httpx.Client) -> int:
+        return http.get("/health").json()["shared_state"]["longPolls"]["woken"]
+
+    with httpx.Client(base_url=url, timeout=30) as http:
+        assert http.post("/api/v1/push", json={"items": [
+            {"queue": queue_name, "transactionId": "m0", "payload": 0}]}).status_code == 200
+        pops = {g: http.get(f"/api/v1/pop/queue/{queue_name}",
+                            params={"consumerGroup": g, "batch": 1}).json()["messages"]
+                for g in ("g1", "g2")}
+        assert [m["transactionId"] for g in ("g1", "g2") for m in pops[g]] == ["m0", "m0"]
+        (m2,) = pops["g2"]
+        assert http.post("/api/v1/ack", json={
+            "transactionId": "m0", "partitionId": m2["partitionId"], "leaseId": m2["leaseId"],
+            "status": "completed", "consumerGroup": "g2"}).json()[0]["success"]
+        answers: dict[str, dict] = {}
+
+        def parked_pop(group: str) -> None:
+            with httpx.Client(base_url=url, timeout=30) as c:
+                answers[group] = c.get(f"/api/v1/pop/queue/{queue_name}", params={
+                    "consumerGroup": group, "batch": 1, "wait": "true",
+                    "timeout": 4000}).json()
+
+        threads = [threading.Thread(target=parked_pop, args=(g,)) for g in ("g1", "g2")]
+        for t in threads:
+            t.start()
+        try:
+            wait_parked(http, 2)  # g2: nothing left for it; g1: its lease holds the partition
+            before = woken(http)
+            (m1,) = pops["g1"]
+            r = http.post("/api/v1/ack", json={
+                "transactionId": "m0", "partitionId": m1["partitionId"],
+                "leaseId": m1["leaseId"], "status": "completed", "consumerGroup": "g1"})
+            assert r.status_code == 200 and r.json()[0]["leaseReleased"], r.text
+            after = wait_until(lambda: woken(http) - before, 5, "g1's parked pop woken")
+        finally:
+            for t in threads:
+                t.join(20)
+        assert after == 1, f"{after} pops woken by g1's release"
+        assert answers["g1"].get("messages", []) == [] and answers["g2"].get("messages", []) == []

@@ -155,6 +155,20 @@ async def test_each_consumer_group_and_partition_filter_is_its_own_cohort(regist
     assert (await registry.proxy().wake_stats())["cohorts"] == 4
 
 
+async def test_a_group_wake_skips_the_cohorts_of_other_groups(registry):
+    g1 = Waiter("q", scope=("g1",), group="g1")
+    g2 = Waiter("q", scope=("g2",), group="g2")
+    undeclared = Waiter("q", scope=("g3",))
+    any_queue_g2 = Waiter(None, scope=("g2",), group="g2")
+    for waiter in (g1, g2, undeclared, any_queue_g2):
+        registry.proxy().register(waiter)
+    assert await registry.proxy().wake_many([("q", "p1")], "g1") == 2  # g1's and undeclared
+    assert g1.event.is_set() and undeclared.event.is_set()
+    assert not g2.event.is_set() and not any_queue_g2.event.is_set()
+    assert await registry.proxy().wake_many([("q", "p1")]) == 2  # a push: every group
+    assert g2.event.is_set() and any_queue_g2.event.is_set()
+
+
 # --- long_poll --------------------------------------------------------------
 
 
