@@ -26,6 +26,7 @@ A boot with nothing to apply only reads, so it works on a read-only server too
 """
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -122,10 +123,7 @@ async def apply_schema(conn: asyncpg.Connection) -> SchemaState:
             if migration.version in applied:
                 continue
             try:
-                async with conn.transaction():
-                    await conn.execute(migration.sql)
-                    await conn.execute(_CREATE_RECORD_TABLE)
-                    await conn.execute(_RECORD, migration.version, migration.name)
+                await _apply_one(conn, migration)
             except asyncpg.exceptions.ReadOnlySQLTransactionError:
                 raise MigrationFailed(
                     f"migration {migration.label} cannot be applied: the server is read-only "
@@ -137,6 +135,26 @@ async def apply_schema(conn: asyncpg.Connection) -> SchemaState:
         return SchemaState(schema_version(), done)
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", BOOT_LOCK_ID)
+
+
+# A migration that alters a table the data path uses waits for the brokers still serving
+# (a rolling upgrade); should PostgreSQL still pick it as a deadlock's victim, it is rolled
+# back whole and tried again, a few times, before the broker gives up.
+MIGRATION_ATTEMPTS = 5
+
+
+async def _apply_one(conn: asyncpg.Connection, migration: Migration) -> None:
+    for attempt in range(1, MIGRATION_ATTEMPTS + 1):
+        try:
+            async with conn.transaction():
+                await conn.execute(migration.sql)
+                await conn.execute(_CREATE_RECORD_TABLE)
+                await conn.execute(_RECORD, migration.version, migration.name)
+            return
+        except asyncpg.exceptions.DeadlockDetectedError:
+            if attempt == MIGRATION_ATTEMPTS:
+                raise
+            await asyncio.sleep(0.2 * attempt)
 
 
 # The table is created by the same transaction as the first migration it records.

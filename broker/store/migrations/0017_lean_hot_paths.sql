@@ -38,7 +38,13 @@
 --     included.
 --
 -- Upgrade-safe: brokers of the previous release keep calling v4/v3/v3, which
--- are unchanged; the trigger does for them what the cascade did.
+-- are unchanged; the trigger does for them what the cascade did. The two
+-- tables are locked first, in the order the data path takes them (a push
+-- locks its partition's row, then inserts the message): taking them one by
+-- one, as CREATE TRIGGER and ALTER TABLE would, deadlocked with the pushes
+-- of brokers still serving during a rolling upgrade.
+
+LOCK TABLE queen.partitions, queen.messages IN ACCESS EXCLUSIVE MODE;
 
 
 -------------------------------------------------------------------------------
