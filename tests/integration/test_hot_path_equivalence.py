@@ -1,8 +1,8 @@
 """The hot path's lean functions answer and store exactly what the functions they replace do.
 
-queen.push_ordered_v5, queen.pop_messages_v4 and queen.ack_messages_v4 (migration 0017) take
-fast paths for the usual calls and hand the others to push_ordered_v4 / ack_messages_v3; the
-previous release's brokers still call those. Invariant: for any sequence of calls (items to one
+queen.push_ordered_v5 and queen.ack_messages_v4 (migration 0017) take fast paths for the
+usual calls and hand the others to push_ordered_v4 / ack_messages_v3; the previous release's
+brokers still call those. Invariant: for any sequence of calls (items to one
 or several partitions, transaction ids repeated within a call and across calls, accept times
 out of order, batches popped under leases and acked with any mix of statuses, leases and
 unknown or repeated items), the new function and the old one, each on a queue of its own in
@@ -26,8 +26,6 @@ PUSH = """
 SELECT idx, message_id, partition_id, status, late, peer, error
 FROM queen.{fn}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 """
-POP = {new: sql.POP.replace("pop_messages_v4", new) for new in ("pop_messages_v3",
-                                                                   "pop_messages_v4")}
 ACK = {new: sql.ACK.replace("ack_messages_v4", new) for new in ("ack_messages_v3",
                                                                   "ack_messages_v4")}
 OLD, NEW = 0, 1
@@ -119,8 +117,7 @@ async def consumer_state(store: Store, queue: str) -> list[tuple]:
 @given(messages=st.lists(st.sampled_from(["p0", "p1"]), min_size=1, max_size=12),
        steps=st.lists(STEP, min_size=1, max_size=10),
        retry_limit=st.sampled_from([0, 1, 3]))
-async def test_pop_v4_and_ack_v4_answer_and_move_what_v3_does(store, messages, steps,
-                                                              retry_limit):
+async def test_ack_v4_answers_and_moves_what_v3_does(store, messages, steps, retry_limit):
     tag = uuid.uuid4().hex[:8]
     queues = (f"eq-ack-{tag}-old", f"eq-ack-{tag}-new")
     for q in queues:
@@ -132,11 +129,10 @@ async def test_pop_v4_and_ack_v4_answer_and_move_what_v3_does(store, messages, s
                             q, retry_limit)
     for n, step in enumerate(steps):
         popped, answers = [], []
-        for side, pop_fn, ack_fn in ((OLD, "pop_messages_v3", "ack_messages_v3"),
-                                     (NEW, "pop_messages_v4", "ack_messages_v4")):
+        for side, ack_fn in ((OLD, "ack_messages_v3"), (NEW, "ack_messages_v4")):
             lease = new_uuid7()
             async with store.connection() as c:
-                rows = await c.fetch(POP[pop_fn], queues[side], step["partition"], None, None,
+                rows = await c.fetch(sql.POP, queues[side], step["partition"], None, None,
                                      step["group"], step["batch"], 1, False, lease, None, False)
             popped.append([(r["kind"], r["partition_name"], r["transaction_id"], r["seq"],
                             r["retry_count"], r["verdict"], r["payload"], r["retired"])

@@ -12,16 +12,11 @@
 --     and no broker holds spooled pushes. One statement locks the partition
 --     and reads its counter; a batch of one is a plain INSERT and UPDATE; a
 --     larger batch is inserted as it comes, the unique key on (partition,
---     transaction id) being the duplicate check (a duplicate, stored or
---     within the call, undoes that try in its subtransaction, and one
---     statement without the joins, grouping and unions that serve calls to
---     many partitions sorts the batch out). Any other call goes to
---     push_ordered_v4 unchanged. Same arguments, rows and locking order (a call locks at most
---     one partition on the fast path).
---   * queen.pop_messages_v4 = pop_messages_v3 reading a claimed partition's
---     batch in one statement into an array and returning it in another,
---     instead of a PL/pgSQL loop that assigned sixteen variables per row.
---     Same arguments and rows.
+--     transaction id) being the duplicate check: a duplicate, stored or
+--     within the call, undoes that try in its subtransaction, and the call
+--     goes to push_ordered_v4 as every other call does. Same arguments, rows
+--     and locking order (the fast path locks one partition, the one v4
+--     would).
 --   * queen.ack_messages_v4 = ack_messages_v3 with a fast path per (partition,
 --     group): when every item is 'completed' under the partition's live lease,
 --     names a distinct stored message after the cursor and within the lease,
@@ -37,7 +32,7 @@
 --     and the trigger removes what a delete leaves, cascades from queues
 --     included.
 --
--- Upgrade-safe: brokers of the previous release keep calling v4/v3/v3, which
+-- Upgrade-safe: brokers of the previous release keep calling v4 and v3, which
 -- are unchanged; the trigger does for them what the cascade did. The two
 -- tables are locked first, in the order the data path takes them (a push
 -- locks its partition's row, then inserts the message): taking them one by
@@ -82,6 +77,7 @@ DECLARE
     v_limit  integer;
     v_old    uuid;
     v_n      integer;
+    v_inserted boolean;
 BEGIN
     -- The fast path: every item to one partition that exists, of a queue without maxSize
     -- (or with no checked item), no settling, no spool backlog anywhere.
@@ -118,7 +114,7 @@ BEGIN
                 RETURN;
             END IF;
             -- The usual batch: transaction ids new to the partition and distinct. The
-            -- unique key is the check; a duplicate undoes the try and takes the next path.
+            -- unique key is the check; a duplicate undoes the try and v4 sorts it out.
             BEGIN
                 INSERT INTO queen.messages
                     (id, partition_id, seq, transaction_id, trace_id, payload, is_encrypted, producer_sub)
@@ -130,52 +126,16 @@ BEGIN
                 SET last_seq = v_last + v_n, last_message_at = now(), last_activity = now(),
                     last_accept_us = greatest(pt.last_accept_us, (SELECT max(a) FROM unnest(p_accept) AS a))
                 WHERE pt.id = v_pid;
-                v_old := NULL;
+                v_inserted := true;
             EXCEPTION WHEN unique_violation THEN
-                v_old := p_id[1];  -- marks the try undone
+                v_inserted := false;
             END;
-            IF v_old IS NULL THEN
+            IF v_inserted THEN
                 RETURN QUERY
                 SELECT x.i, x.mid, v_pid, 'queued'::text, x.acc < v_acc, NULL::text, NULL::text
                 FROM unnest(p_idx, p_id, p_accept) AS x(i, mid, acc);
                 RETURN;
             END IF;
-            RETURN QUERY
-            WITH items AS (
-                SELECT x.*,
-                       first_value(x.i) OVER w AS first_i,
-                       first_value(x.mid) OVER w AS first_mid,
-                       (SELECT m.id FROM queen.messages m
-                        WHERE m.partition_id = v_pid AND m.transaction_id = x.txid) AS old_id
-                FROM unnest(p_idx, p_id, p_txid, p_trace, p_payload, p_encrypted, p_sub, p_accept)
-                     AS x(i, mid, txid, trace, payload, enc, sub, acc)
-                WINDOW w AS (PARTITION BY x.txid ORDER BY x.i)
-            ),
-            fresh AS (
-                SELECT it.*, row_number() OVER (ORDER BY it.i) AS rn
-                FROM items it WHERE it.old_id IS NULL AND it.i = it.first_i
-            ),
-            bumped AS (
-                UPDATE queen.partitions pt
-                SET last_seq = v_last + c.n, last_message_at = now(), last_activity = now(),
-                    last_accept_us = greatest(pt.last_accept_us, c.acc)
-                FROM (SELECT count(*) AS n, max(fr.acc) AS acc FROM fresh fr) c
-                WHERE pt.id = v_pid AND c.n > 0
-            ),
-            inserted AS (
-                INSERT INTO queen.messages AS m
-                    (id, partition_id, seq, transaction_id, trace_id, payload, is_encrypted, producer_sub)
-                SELECT fr.mid, v_pid, v_last + fr.rn, fr.txid, fr.trace,
-                       coalesce(fr.payload, 'null')::jsonb, coalesce(fr.enc, false), fr.sub
-                FROM fresh fr
-            )
-            SELECT it.i, coalesce(it.old_id, it.first_mid), v_pid,
-                   CASE WHEN it.old_id IS NULL AND it.i = it.first_i THEN 'queued' ELSE 'duplicate' END,
-                   it.old_id IS NULL AND it.i = it.first_i AND it.acc < v_acc,
-                   NULL::text, NULL::text
-            FROM items it
-            ORDER BY 1;
-            RETURN;
         END IF;
     END IF;
     RETURN QUERY SELECT * FROM queen.push_ordered_v4(p_idx, p_queue, p_partition, p_id, p_txid,
@@ -183,202 +143,6 @@ BEGIN
 END;
 $$;
 
--------------------------------------------------------------------------------
--- pop_messages_v4: pop_messages_v3 without the per-row loop.
--------------------------------------------------------------------------------
-CREATE FUNCTION queen.pop_messages_v4(
-    p_queue text, p_partition text, p_namespace text, p_task text,
-    p_group text, p_batch integer, p_max_partitions integer, p_auto_ack boolean,
-    p_lease_id uuid, p_hints text[], p_only boolean)
-RETURNS TABLE (kind text, queue_name text, partition_name text, partition_id uuid,
-               message_id uuid, transaction_id text, trace_id uuid, payload jsonb,
-               is_encrypted boolean, producer_sub text, created_at timestamptz,
-               seq bigint, retry_count integer, verdict text, verdict_secs double precision,
-               retired bigint)
-LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-DECLARE
-    c record;
-    lc record;
-    v_rows queen.messages[];
-    budget integer := greatest(p_batch, 1);
-    claimed integer := 0;
-    got integer;
-    last_seq_read bigint;
-    last_id uuid;
-    last_created timestamptz;
-    start_ts timestamptz;
-    start_seq bigint;
-    reason text := 'empty';
-    saw_candidate boolean := false;
-    wildcard boolean := p_partition IS NULL AND NOT coalesce(p_only, false);
-    lease_secs integer;
-    next_visible timestamptz;
-    passed bigint;
-BEGIN
-    FOR c IN
-        SELECT q.name AS qn, q.namespace AS ns, q.task AS tk, q.lease_time, q.delayed_processing,
-               q.window_buffer, pt.id AS pid, pt.name AS pn, pt.last_seq, pt.last_message_at,
-               l.cursor_seq, l.lease_expires_at, coalesce(gp.conflation, false) AS conflate
-        FROM queen.queues q
-        JOIN queen.partitions pt ON pt.queue_id = q.id
-        LEFT JOIN queen.log_consumers l ON l.partition_id = pt.id AND l.consumer_group = p_group
-        LEFT JOIN queen.group_policies gp ON gp.queue_name = q.name AND gp.consumer_group = p_group
-        WHERE (p_queue IS NULL OR q.name = p_queue)
-          AND (p_queue IS NOT NULL OR p_namespace IS NULL OR q.namespace = p_namespace)
-          AND (p_queue IS NOT NULL OR p_task IS NULL OR q.task = p_task)
-          AND (p_partition IS NULL OR pt.name = p_partition)
-          AND (NOT coalesce(p_only, false) OR pt.name = ANY(p_hints))
-          -- a scan only looks at partitions with something after the cursor
-          AND (NOT wildcard OR pt.last_seq > coalesce(l.cursor_seq, 0))
-          AND (NOT wildcard OR l.lease_expires_at IS NULL OR l.lease_expires_at <= now())
-        ORDER BY array_position(p_hints, pt.name) NULLS LAST,
-                 coalesce(l.last_claimed_at, '-infinity'::timestamptz), pt.id
-        LIMIT CASE WHEN p_partition IS NOT NULL THEN 1
-                   WHEN p_only THEN coalesce(array_length(p_hints, 1), 0)
-                   ELSE greatest(p_max_partitions, 1) * 4 + 16 END
-    LOOP
-        saw_candidate := true;
-        retired := NULL;
-        kind := 'verdict'; queue_name := c.qn; partition_name := c.pn; partition_id := c.pid;
-        message_id := NULL; transaction_id := NULL; trace_id := NULL; payload := NULL;
-        is_encrypted := NULL; producer_sub := NULL; created_at := NULL; seq := NULL;
-        retry_count := NULL;
-        IF c.last_seq <= coalesce(c.cursor_seq, 0) AND c.cursor_seq IS NOT NULL THEN
-            verdict := 'empty'; verdict_secs := NULL; RETURN NEXT;
-            CONTINUE;
-        END IF;
-        IF c.window_buffer > 0 AND c.last_message_at IS NOT NULL
-           AND c.last_message_at > now() - make_interval(secs => c.window_buffer) THEN
-            reason := 'window_buffer';
-            verdict := 'deferred';
-            verdict_secs := extract(epoch FROM c.last_message_at
-                                    + make_interval(secs => c.window_buffer) - now());
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-
-        -- First contact: the cursor starts per the group's subscription.
-        IF c.cursor_seq IS NULL THEN
-            start_seq := 0;
-            IF p_group <> '__QUEUE_MODE__' THEN
-                start_ts := queen.subscription_start(p_group, c.qn, c.pn, c.ns, c.tk);
-                IF start_ts IS NOT NULL THEN
-                    SELECT coalesce(max(mm.seq), 0) INTO start_seq
-                    FROM queen.messages mm
-                    WHERE mm.partition_id = c.pid AND mm.created_at <= start_ts;
-                END IF;
-            END IF;
-            INSERT INTO queen.log_consumers AS l (partition_id, consumer_group, cursor_seq)
-            VALUES (c.pid, p_group, start_seq)
-            ON CONFLICT ON CONSTRAINT log_consumers_pkey DO NOTHING;
-        END IF;
-
-        -- Claim: a row another consumer is claiming right now is skipped.
-        SELECT * INTO lc FROM queen.log_consumers l
-        WHERE l.partition_id = c.pid AND l.consumer_group = p_group
-        FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND OR (lc.lease_expires_at IS NOT NULL AND lc.lease_expires_at > now()) THEN
-            reason := 'lease_held';
-            kind := 'verdict'; verdict := 'leased';
-            verdict_secs := CASE WHEN FOUND THEN extract(epoch FROM lc.lease_expires_at - now()) END;
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-
-        -- The batch in one statement, then one more to return it: no per-row work in
-        -- PL/pgSQL (pop_messages_v3 assigned sixteen variables and copied every row).
-        passed := 0;
-        SELECT array_agg(b.mm ORDER BY (b.mm).seq) INTO v_rows FROM (
-            (SELECT mm FROM queen.messages mm
-             WHERE NOT c.conflate AND mm.partition_id = c.pid AND mm.seq > lc.cursor_seq
-               AND (c.delayed_processing <= 0
-                    OR mm.created_at <= now() - make_interval(secs => c.delayed_processing))
-             ORDER BY mm.seq
-             LIMIT budget)
-        UNION ALL
-            -- a conflating group: the newest visible message only
-            (SELECT mm FROM queen.messages mm
-             WHERE c.conflate AND mm.partition_id = c.pid AND mm.seq > lc.cursor_seq
-               AND (c.delayed_processing <= 0
-                    OR mm.created_at <= now() - make_interval(secs => c.delayed_processing))
-             ORDER BY mm.seq DESC
-             LIMIT 1)) AS b;
-        got := coalesce(cardinality(v_rows), 0);
-        IF got > 0 THEN
-            last_seq_read := (v_rows[got]).seq; last_id := (v_rows[got]).id;
-            last_created := (v_rows[got]).created_at;
-            IF c.conflate THEN
-                passed := (v_rows[1]).seq - 1 - lc.cursor_seq;  -- the positions behind it, retired
-            END IF;
-            RETURN QUERY
-            SELECT 'msg'::text, c.qn, c.pn, c.pid, r.id, r.transaction_id, r.trace_id,
-                   r.payload, r.is_encrypted, r.producer_sub, r.created_at, r.seq,
-                   lc.batch_retry_count, NULL::text, NULL::double precision, NULL::bigint
-            FROM unnest(v_rows) WITH ORDINALITY AS r
-            ORDER BY r.ordinality;
-        END IF;
-
-        kind := 'verdict'; message_id := NULL; transaction_id := NULL; trace_id := NULL;
-        payload := NULL; is_encrypted := NULL; producer_sub := NULL; created_at := NULL;
-        seq := NULL; retry_count := NULL;
-        IF got = 0 THEN
-            verdict := 'empty'; verdict_secs := NULL;
-            IF c.delayed_processing > 0 THEN
-                -- messages after the cursor that are not old enough yet
-                SELECT min(mm.created_at) INTO next_visible FROM queen.messages mm
-                WHERE mm.partition_id = c.pid AND mm.seq > lc.cursor_seq;
-                IF next_visible IS NOT NULL THEN
-                    verdict := 'deferred';
-                    verdict_secs := extract(epoch FROM next_visible
-                                            + make_interval(secs => c.delayed_processing) - now());
-                END IF;
-            END IF;
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-        lease_secs := CASE WHEN c.lease_time > 0 THEN c.lease_time ELSE 60 END;
-        verdict := CASE WHEN p_auto_ack THEN 'took_autoack' ELSE 'took' END;
-        verdict_secs := lease_secs;
-        retired := passed;
-        RETURN NEXT;
-        retired := NULL;
-
-        IF p_auto_ack THEN
-            UPDATE queen.log_consumers l
-            SET cursor_seq = last_seq_read, last_consumed_id = last_id,
-                last_consumed_created_at = last_created, last_consumed_at = now(),
-                total_messages_consumed = l.total_messages_consumed + got,
-                total_batches_consumed = l.total_batches_consumed + 1,
-                lease_id = NULL, lease_expires_at = NULL, lease_last_seq = NULL,
-                batch_size = 0, acked_count = 0, last_claimed_at = now(), updated_at = now()
-            WHERE l.partition_id = c.pid AND l.consumer_group = p_group;
-        ELSE
-            UPDATE queen.log_consumers l
-            SET cursor_seq = greatest(l.cursor_seq, lc.cursor_seq + passed),
-                lease_id = p_lease_id, lease_acquired_at = now(), last_claimed_at = now(),
-                lease_expires_at = now() + make_interval(secs => lease_secs),
-                lease_last_seq = last_seq_read, batch_size = got, acked_count = 0,
-                updated_at = now()
-            WHERE l.partition_id = c.pid AND l.consumer_group = p_group;
-        END IF;
-
-        claimed := claimed + 1;
-        budget := budget - got;
-        EXIT WHEN claimed >= greatest(p_max_partitions, 1) OR budget <= 0 OR p_partition IS NOT NULL;
-    END LOOP;
-
-    IF claimed = 0 THEN
-        kind := CASE WHEN NOT saw_candidate AND p_partition IS NOT NULL THEN 'partition_not_found'
-                     ELSE reason END;
-        queue_name := NULL; partition_name := NULL; partition_id := NULL; message_id := NULL;
-        transaction_id := NULL; trace_id := NULL; payload := NULL; is_encrypted := NULL;
-        producer_sub := NULL; created_at := NULL; seq := NULL; retry_count := NULL;
-        verdict := NULL; verdict_secs := NULL; retired := NULL;
-        RETURN NEXT;
-    END IF;
-END;
-$$;
 
 -------------------------------------------------------------------------------
 -- ack_messages_v4: ack_messages_v3 with a fast path per (partition, group).
