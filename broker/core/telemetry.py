@@ -117,7 +117,7 @@ class Telemetry:
     request_seconds_total: float = 0.0
     # waiting pops (wait=true) being served right now: parked, or mid re-check
     long_polls_in_flight: int = 0
-    # pop work: claim_queries (queen.pop_messages_v3 statements issued), and from
+    # pop work: claim_queries (queen.pop_messages_v5 statements issued), and from
     # long_poll: attempts, timer_rechecks, shared_rechecks (a timer re-check
     # answered by another parked pop's check of the same cohort)
     pops: Counter = field(default_factory=Counter)

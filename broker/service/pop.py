@@ -294,7 +294,7 @@ EXTRA_CANDIDATES = 3
 
 @dataclass(frozen=True)
 class Claimed:
-    rows: list            # queen.pop_messages_v3 rows: messages and verdicts
+    rows: list            # queen.pop_messages_v5 rows: messages and verdicts
     next_due: float | None = None  # the hot-list's next wheel time (time.monotonic())
     decision: Decision | None = None  # autopilot's sizing of this attempt
 

@@ -90,12 +90,13 @@ SELECT kind, queue_name, partition_name, partition_id, message_id, transaction_i
        payload::text AS payload, is_encrypted, producer_sub,
        (extract(epoch FROM created_at) * 1000000)::bigint AS created_us, seq, retry_count,
        verdict, verdict_secs, retired
-FROM queen.pop_messages_v3($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) WITH ORDINALITY AS p
+FROM queen.pop_messages_v5($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) WITH ORDINALITY AS p
 ORDER BY p.ordinality
 """
 """Claim partitions and read messages, conflating for groups whose policy says so (see
 queen.pop_messages_v2, migration 0013), the partitions the group claimed least recently
-first (queen.pop_messages_v3, migration 0015). Each payload comes as its JSON text, which both pop
+first (queen.pop_messages_v3, migration 0015), its statements planned once per connection
+(queen.pop_messages_v5, migration 0018). Each payload comes as its JSON text, which both pop
 answers put in as it is, and each creation time as microseconds since the Unix epoch (an
 integer costs asyncpg far less to read than a datetime, and the answers want text or
 microseconds, never a datetime)."""

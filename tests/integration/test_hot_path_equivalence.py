@@ -1,13 +1,17 @@
 """The hot path's lean functions answer and store exactly what the functions they replace do.
 
 queen.push_ordered_v5 and queen.ack_messages_v4 (migration 0017) take fast paths for the
-usual calls and hand the others to push_ordered_v4 / ack_messages_v3; the previous release's
-brokers still call those. Invariant: for any sequence of calls (items to one
+usual calls and hand the others to push_ordered_v4 / ack_messages_v3; queen.pop_messages_v5
+(migration 0018) takes pop_messages_v3's candidates by one statement per shape of call; the
+previous release's brokers still call the old ones. Invariant: for any sequence of calls (items to one
 or several partitions, transaction ids repeated within a call and across calls, accept times
 out of order, batches popped under leases and acked with any mix of statuses, leases and
 unknown or repeated items), the new function and the old one, each on a queue of its own in
 the same database, give the same rows (modulo the ids of their own partitions and messages)
-and leave the same messages, cursors, leases and dead letters behind.
+and leave the same messages, cursors, leases and dead letters behind. For the pop: any
+sequence of pops of every shape (a partition named, hinted partitions only, a scan, through
+the namespace), groups (one conflating), batch sizes and partition counts, with leases acked,
+left or expired and pushes between, gives the same rows and leaves the same cursors and leases.
 """
 from __future__ import annotations
 
@@ -171,5 +175,88 @@ async def test_ack_v4_answers_and_moves_what_v3_does(store, messages, steps, ret
                 answers.append([])
         assert popped[NEW] == popped[OLD], f"step {n}: {step}"
         assert answers[NEW] == answers[OLD], f"step {n}: {step}"
+        assert await consumer_state(store, queues[NEW]) == \
+            await consumer_state(store, queues[OLD]), f"step {n}: {step}"
+
+
+# One pop call of queen.pop_messages_v5 against v3: the shape (a partition named; the hinted
+# partitions only; a scan, hinted partitions first; the same through the queue's namespace
+# instead of its name), the hints, the group (c conflates), the batch, how many partitions,
+# auto-ack; then what happens to a lease taken: acked, left, or expired; or a push between.
+POP_STEP = st.one_of(
+    st.fixed_dictionaries({
+        "shape": st.sampled_from(["named", "hinted", "scan", "ns-scan", "ns-named"]),
+        "partition": st.sampled_from(["p0", "p1", "p2", "p9"]),
+        "hints": st.lists(st.sampled_from(["p0", "p1", "p2", "p9"]), max_size=3, unique=True),
+        "group": st.sampled_from(["g", "h", "c"]),
+        "batch": st.sampled_from([1, 2, 5]),
+        "partitions": st.sampled_from([1, 2, 3]),
+        "auto_ack": st.booleans(),
+        "then": st.sampled_from(["ack", "leave", "expire"]),
+    }),
+    st.fixed_dictionaries({"push": st.lists(st.sampled_from(["p0", "p1", "p2"]), min_size=1,
+                                            max_size=3)}))
+POP_V3 = sql.POP.replace("pop_messages_v5", "pop_messages_v3")
+
+
+@settings(SETTINGS, max_examples=200)
+@given(messages=st.lists(st.sampled_from(["p0", "p1", "p2"]), min_size=1, max_size=10),
+       steps=st.lists(POP_STEP, min_size=1, max_size=12))
+async def test_pop_v5_claims_and_answers_what_v3_does(store, messages, steps):
+    tag = uuid.uuid4().hex[:8]
+    queues = (f"eq-pop-{tag}-old", f"eq-pop-{tag}-new")
+    pushed = 0
+
+    async def push(partitions: list[str]) -> None:
+        nonlocal pushed
+        for q in queues:
+            await store.push([PushRow(queue=q, partition=p, message_id=new_uuid7(),
+                                      transaction_id=f"tx-{pushed + i}", trace_id=None,
+                                      payload={"i": pushed + i})
+                              for i, p in enumerate(partitions)])
+        pushed += len(partitions)
+
+    async with store.connection() as c:
+        for side, q in enumerate(queues):
+            # A namespace of its own, so that a namespace pop reaches this queue only; and
+            # partitions whose ids sort as their names do in both queues: partitions the
+            # group never claimed, or claimed in one call, are taken in the order of their
+            # ids, which would otherwise differ between the two queues.
+            await c.execute("INSERT INTO queen.queues (name, namespace) VALUES ($1, $1)", q)
+            await c.execute(
+                "INSERT INTO queen.partitions (queue_id, name, id)"
+                " SELECT q.id, 'p' || k, ($2 || '-0000-4000-8000-' || $3 || lpad(k::text, 11, '0'))::uuid"
+                " FROM queen.queues q, generate_series(0, 2) k WHERE q.name = $1", q, tag, str(side))
+            await c.execute("INSERT INTO queen.group_policies (queue_name, consumer_group,"
+                            " conflation) VALUES ($1, 'c', true)", q)
+    await push(messages)
+    for n, step in enumerate(steps):
+        if "push" in step:
+            await push(step["push"])
+            continue
+        popped = []
+        for side, stmt in ((OLD, POP_V3), (NEW, sql.POP)):
+            q = queues[side]
+            by_ns = step["shape"].startswith("ns-")
+            named = step["shape"].endswith("named")
+            lease = new_uuid7()
+            async with store.connection() as c:
+                rows = await c.fetch(
+                    stmt, None if by_ns else q, step["partition"] if named else None,
+                    q if by_ns else None, None, step["group"], step["batch"],
+                    step["partitions"], step["auto_ack"], lease, step["hints"] or None,
+                    step["shape"] == "hinted")
+            popped.append([(r["kind"], r["partition_name"], r["transaction_id"], r["seq"],
+                            r["retry_count"], r["verdict"], r["payload"], r["retired"])
+                           for r in rows])
+            msgs = [r for r in rows if r["kind"] == "msg"]
+            if msgs and not step["auto_ack"] and step["then"] == "ack":
+                await store.ack([AckRow(r["transaction_id"], str(r["partition_id"]), "completed",
+                                        None, step["group"], lease) for r in msgs])
+            elif msgs and not step["auto_ack"] and step["then"] == "expire":
+                async with store.connection() as c:
+                    await c.execute("UPDATE queen.log_consumers SET lease_expires_at = now()"
+                                    " - interval '1 second' WHERE lease_id = $1", lease)
+        assert popped[NEW] == popped[OLD], f"step {n}: {step}"
         assert await consumer_state(store, queues[NEW]) == \
             await consumer_state(store, queues[OLD]), f"step {n}: {step}"
