@@ -156,9 +156,9 @@ def _ephemeral_push(res: dict) -> tuple[str, float | None, bool] | None:
 
 
 TARGETS: list[tuple[str, str, Check]] = [
-    ("push, 100 items per request >= 0.50 x raw", "push", _vs_raw(100, 0.50)),
-    ("push, 1 item per request >= 0.50 x raw", "push", _vs_raw(1, 0.50)),
-    ("pop + ack, batch 100 >= 0.45 x raw", "pop", _vs_raw(100, 0.45)),
+    ("push, 100 items per request >= 0.60 x raw", "push", _vs_raw(100, 0.60)),
+    ("push, 1 item per request >= 0.65 x raw", "push", _vs_raw(1, 0.65)),
+    ("pop + ack, batch 100 >= 0.60 x raw", "pop", _vs_raw(100, 0.60)),
     ("push 100: request p99 <= 3 x p50", "push", _push_tail),
     ("wake, one broker: p99 < 5 ms", "wake",
      _p99_below(5.0, lambda r: r.get("latency_from_push_response_ms"))),

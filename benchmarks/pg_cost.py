@@ -16,6 +16,9 @@ the other on the same server:
              beside a plain ``INSERT`` of one row
   push 100   the same, 100 messages per request, one partition per request, beside a plain
              ``INSERT ... SELECT FROM unnest(...)`` of 100 rows
+  pop+ack 1  the broker's pop of one message (queue mode, any partition) and its ack, the
+             push 1 messages, beside the plain claim-and-delete of one row: a consumer at
+             small batches pays these calls' fixed cost once per message
   pop+ack    the broker's pop of 100 (queue mode, any partition) and its ack of the batch
              (``Store.pop`` + ``Store.ack``) beside the plain claim-and-delete
              (``SELECT ... LIMIT 100 FOR UPDATE SKIP LOCKED`` + ``DELETE ... = ANY``)
@@ -162,6 +165,13 @@ async def one_round(args: argparse.Namespace, db: Database, measure: Measured,
             store, rows1, q1, 1, c, cap, "push 1")))
         out.append(await measure("push 1: plain insert", lambda: raw_push(
             pool, Rows(args.push1, p), 1, c, cap, "raw 1")))
+        # A pop of one message and its ack: what a consumer at small batches pays per
+        # message, mostly the calls' fixed cost.
+        out.append(await measure("pop+ack 1: broker", lambda: store_pop_ack(
+            store, q1, args.push1, 1, c, cap, "pop+ack 1")))
+        raw_rows = await pool.fetchval("SELECT count(*) FROM bench_raw")
+        out.append(await measure("pop+ack 1: plain claim-and-delete", lambda: raw_pop_ack(
+            pool, raw_rows, 1, c, cap, "raw pop 1")))
         async with pool.acquire() as con:  # the plain pop takes the 100-row pushes' rows
             await con.execute("TRUNCATE bench_raw")
         out.append(await measure("push 100: broker", lambda: store_push(
@@ -183,6 +193,7 @@ async def one_round(args: argparse.Namespace, db: Database, measure: Measured,
 
 PAIRS = [("push 1: broker", "push 1: plain insert"),
          ("push 100: broker", "push 100: plain insert"),
+         ("pop+ack 1: broker", "pop+ack 1: plain claim-and-delete"),
          ("pop+ack 100: broker", "pop+ack 100: plain claim-and-delete")]
 
 
