@@ -9,7 +9,6 @@ otherwise advertise its own address and collect the callers' tokens); the broker
 keep their own rings for a queue, which the startup log says."""
 from __future__ import annotations
 
-import httpx
 from loguru import logger
 from sanic.response import HTTPResponse
 
@@ -48,7 +47,13 @@ async def at_owner(request: BrokerRequest, queue: str, wait_ms: int = 0) -> HTTP
     headers = {name: value for name in _PASSED_ON
                if (value := request.headers.get(name)) is not None}
     headers[FORWARDED_BY] = ctx.settings.queen_server_id
+    # Imported here, not at the top, so that a broker without a mesh never loads httpx
+    # (wiring.start_forwarding says why); forwarding() holds only with a mesh, which started
+    # the client.
+    import httpx
+
     client = ctx.forward_client
+    assert client is not None
     try:
         answer = await client.request(request.method, target, content=request.body or None,
                                       headers=headers, timeout=wait_ms / 1000 + _SLACK_S)

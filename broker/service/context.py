@@ -61,7 +61,7 @@ class BrokerContext:
     hints: Hints = None  # type: ignore[assignment]
     mesh: Mesh | None = None  # None without peers
     # passes an ephemeral queue's requests on to its owner (broker/http/forward.py)
-    forward_client: httpx.AsyncClient = None  # type: ignore[assignment]
+    forward_client: httpx.AsyncClient | None = None  # with a mesh only (wiring.start_forwarding)
     spool: SpoolProxy = None  # type: ignore[assignment]
     # merges queen.staged into the queues
     merger: StagingMergerProxy = None  # type: ignore[assignment]
