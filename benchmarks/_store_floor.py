@@ -3,7 +3,7 @@ directly (push: ``Store.push``, one statement per request; pop + ack: ``Store.po
 ``Store.ack``), with the same rows, clients and partitions as the HTTP phases.
 
 What a broker adds on top of this floor is its HTTP, its services and actors; what the floor
-costs is PostgreSQL's work on ``push_ordered_v5`` / ``pop_messages_v5`` / ``ack_messages_v4``
+costs is PostgreSQL's work on ``push_ordered_v5`` / ``pop_messages_v5`` / ``ack_messages_v5``
 and asyncpg's on both ends. The phase's ``store_cpu_ms_per_1000`` is this process's own CPU
 (``time.process_time``) per 1,000 messages: the store layer's client-side share of a broker's
 CPU figure (argument encoding, result decoding, the round trips' wake-ups).

@@ -367,7 +367,6 @@ $$;
 
 CREATE FUNCTION queen.ack_messages_v4(p_idx integer[], p_txid text[], p_pid uuid[], p_status text[], p_error text[], p_group text[], p_lease uuid[], p_failed_to_dlq boolean) RETURNS TABLE(idx integer, success boolean, error text, queue_name text, partition_name text, lease_released boolean, dlq boolean)
     LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -442,6 +441,105 @@ BEGIN
                     FROM unnest(g.i_a, g.txid_a) AS x(i, txid);
                     CONTINUE;
                 END IF;
+            END IF;
+        END IF;
+        RETURN QUERY
+        SELECT * FROM queen.ack_messages_v3(
+            g.i_a, g.txid_a, array_fill(g.pid, ARRAY[cardinality(g.i_a)]), g.st_a, g.err_a,
+            array_fill(g.grp, ARRAY[cardinality(g.i_a)]), g.lease_a, p_failed_to_dlq);
+    END LOOP;
+END;
+$$;
+
+--
+-- Name: ack_messages_v5(integer[], text[], uuid[], text[], text[], text[], uuid[], boolean); Type: FUNCTION; Schema: queen; Owner: -
+--
+
+CREATE FUNCTION queen.ack_messages_v5(p_idx integer[], p_txid text[], p_pid uuid[], p_status text[], p_error text[], p_group text[], p_lease uuid[], p_failed_to_dlq boolean) RETURNS TABLE(idx integer, success boolean, error text, queue_name text, partition_name text, lease_released boolean, dlq boolean)
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    g record;
+    v_last_txid text;
+    v_release boolean;
+    v_one boolean := (p_pid[1] = ALL(p_pid) AND p_group[1] = ALL(p_group)) IS TRUE;
+BEGIN
+    FOR g IN
+        -- The usual call acks for one (partition, group): its arrays as they came.
+        SELECT p_pid[1] AS pid, p_group[1] AS grp, pt.id IS NOT NULL AS known, q.name AS qn,
+               pt.name AS pn, p_idx AS i_a, p_txid AS txid_a, p_status AS st_a,
+               p_error AS err_a, p_lease AS lease_a,
+               (SELECT bool_and(s IN ('completed', 'success')) FROM unnest(p_status) AS s)
+                   AS all_completed
+        FROM (SELECT 1) AS one
+        LEFT JOIN queen.partitions pt ON pt.id = p_pid[1]
+        LEFT JOIN queen.queues q ON q.id = pt.queue_id
+        WHERE v_one
+        UNION ALL
+        SELECT x.pid, x.grp, pt.id IS NOT NULL AS known, q.name AS qn, pt.name AS pn,
+               array_agg(x.i ORDER BY x.i) AS i_a, array_agg(x.txid ORDER BY x.i) AS txid_a,
+               array_agg(x.st ORDER BY x.i) AS st_a, array_agg(x.err ORDER BY x.i) AS err_a,
+               array_agg(x.lease ORDER BY x.i) AS lease_a,
+               bool_and(x.st IN ('completed', 'success')) AS all_completed
+        FROM unnest(p_idx, p_txid, p_pid, p_status, p_error, p_group, p_lease)
+             AS x(i, txid, pid, st, err, grp, lease)
+        LEFT JOIN queen.partitions pt ON pt.id = x.pid
+        LEFT JOIN queen.queues q ON q.id = pt.queue_id
+        WHERE NOT v_one
+        GROUP BY x.pid, x.grp, pt.id, q.name, pt.name
+        ORDER BY 1, 2
+    LOOP
+        IF g.known AND g.all_completed THEN
+            -- One statement checks what ack_messages_v4 checked in four and moves the
+            -- cursor: the live lease is the one every item names; the items name distinct
+            -- stored messages after the cursor and within the lease. The cursor moves onto
+            -- the newest; the lease ends with its last message. When the row does not
+            -- qualify, nothing is updated and ack_messages_v3 takes the group of items.
+            WITH acked AS (
+                SELECT count(*) AS n, count(mm.seq) AS found, count(DISTINCT mm.seq) AS d,
+                       min(mm.seq) AS lo, max(mm.seq) AS hi
+                FROM unnest(g.txid_a) AS t(txid)
+                LEFT JOIN queen.messages mm
+                       ON mm.partition_id = g.pid AND mm.transaction_id = t.txid
+            ), newest AS (
+                SELECT mm.id, mm.created_at, mm.transaction_id, a.n, a.hi
+                FROM acked a JOIN queen.messages mm
+                  ON mm.partition_id = g.pid AND mm.seq = a.hi
+                WHERE a.found = a.n AND a.d = a.n
+            )
+            UPDATE queen.log_consumers l
+            SET cursor_seq = nw.hi, last_consumed_id = nw.id,
+                last_consumed_created_at = nw.created_at,
+                lease_id = CASE WHEN nw.hi >= l.lease_last_seq THEN NULL ELSE l.lease_id END,
+                lease_expires_at = CASE WHEN nw.hi >= l.lease_last_seq THEN NULL
+                                        ELSE l.lease_expires_at END,
+                lease_last_seq = CASE WHEN nw.hi >= l.lease_last_seq THEN NULL
+                                      ELSE l.lease_last_seq END,
+                lease_acquired_at = CASE WHEN nw.hi >= l.lease_last_seq THEN NULL
+                                         ELSE l.lease_acquired_at END,
+                batch_size = CASE WHEN nw.hi >= l.lease_last_seq THEN 0 ELSE l.batch_size END,
+                acked_count = CASE WHEN nw.hi >= l.lease_last_seq THEN 0
+                                   ELSE l.acked_count + nw.n END,
+                batch_retry_count = CASE WHEN nw.hi >= l.lease_last_seq THEN 0
+                                         ELSE l.batch_retry_count END,
+                total_messages_consumed = l.total_messages_consumed + nw.n,
+                total_batches_consumed = l.total_batches_consumed
+                    + CASE WHEN nw.hi >= l.lease_last_seq THEN 1 ELSE 0 END,
+                last_consumed_at = now(), updated_at = now()
+            FROM newest nw
+            WHERE l.partition_id = g.pid AND l.consumer_group = g.grp
+              AND l.lease_id IS NOT NULL AND l.lease_expires_at > now()
+              AND l.lease_id = ALL(g.lease_a)
+              AND (SELECT a.lo FROM acked a) > l.cursor_seq AND nw.hi <= l.lease_last_seq
+            RETURNING l.lease_id IS NULL, nw.transaction_id INTO v_release, v_last_txid;
+            IF FOUND THEN
+                RETURN QUERY
+                SELECT x.i, true, NULL::text, g.qn, g.pn,
+                       v_release AND x.txid = v_last_txid, false
+                FROM unnest(g.i_a, g.txid_a) AS x(i, txid);
+                CONTINUE;
             END IF;
         END IF;
         RETURN QUERY

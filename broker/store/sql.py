@@ -151,7 +151,7 @@ LIMIT $3
 yet): the hot-list's cold start and periodic reseed."""
 
 _ACK_CALL = """
-SELECT * FROM queen.ack_messages_v4(
+SELECT * FROM queen.ack_messages_v5(
     ARRAY(SELECT generate_series(0, $1 - 1)), $2::text[], {partitions},
     coalesce($4::text[], array_fill($5::text, ARRAY[$1])),
     coalesce($6::text[], array_fill($7::text, ARRAY[$1])),
@@ -163,7 +163,8 @@ SELECT * FROM queen.ack_messages_v4(
 ACK = _ACK_CALL.format(partitions="$3::uuid[]")
 """Apply acknowledgements (parallel arrays, compact as PUSH_ORDERED; args from
 ``codecs.ack_call``); one row per item. A (partition, group) whose items all complete its live
-lease is applied in one UPDATE (queen.ack_messages_v4, migration 0017). A failed ack that sends a batch back holds the
+lease is applied in one UPDATE (queen.ack_messages_v4, migration 0017), which also checks
+them (queen.ack_messages_v5, migration 0018). A failed ack that sends a batch back holds the
 partition for that group for the queue's retryDelay."""
 
 ACK_BY_REF = _ACK_CALL.format(partitions="queen.partition_refs($3::text[])")
