@@ -9,6 +9,7 @@ import time
 from loguru import logger
 from sanic import Blueprint, Request, Sanic
 from sanic.exceptions import BadURL, MethodNotAllowed, NotFound, SanicException
+from sanic.http import Http
 from sanic.response import HTTPResponse
 
 from broker import wiring
@@ -216,6 +217,12 @@ def hook_requests(app: BrokerApp, settings: Settings) -> None:
             telemetry.observe(route, time.perf_counter() - started)
         if settings.access_log:
             access_line(request, response, started)
+        if app.ctx.stopping and isinstance(request.stream, Http):
+            # A stopping broker closes each connection after its answer. Kept alive, a
+            # client's connection (a parked pop answered at the stop, say) would hold the
+            # stop until Sanic's graceful timeout (15 s) ran out; closed, the client's next
+            # request goes, through the load balancer, to a broker that stays.
+            request.stream.keep_alive = False
 
 
 def answer_errors(app: BrokerApp, settings: Settings) -> None:

@@ -128,6 +128,8 @@ def test_unready_from_sigterm_while_it_still_serves(db, brokers, queue_name):
     assert push(b.url, queue_name, "while-stopping").status_code == 200
     assert get(b.url, "/health/live").status_code == 200
     assert b.proc.poll() is None
+    b.proc.kill()  # not left to serve out its 20 s unready window at teardown
+    b.proc.wait(10)
 
 
 def test_live_turns_503_after_the_event_loop_was_held(db, brokers):

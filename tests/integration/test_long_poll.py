@@ -84,7 +84,8 @@ async def test_a_stopping_broker_answers_its_parked_pops_and_exits(broker_factor
     """SIGTERM with long polls parked (a durable pop and an ephemeral one, each with a
     minute left): both are answered as at their deadline (the same empty answer) instead
     of holding the stop for Sanic's graceful timeout and then being cut off unanswered,
-    and the broker exits cleanly while their clients still wait."""
+    their connections are closed after the answers, and the broker exits cleanly while their
+    clients still hold them."""
     b = broker_factory()
     durable = (f"/api/v1/pop/queue/{queue_name}", {"wait": "true"})
     ephemeral = ("/api/v1/ephemeral/pop", {"queue": queue_name, "wait": "true"})
@@ -104,5 +105,8 @@ async def test_a_stopping_broker_answers_its_parked_pops_and_exits(broker_factor
         exit_code = await asyncio.to_thread(b.proc.wait, 45)
     assert [(a.status_code, a.json()) for a in answers] == \
         [(e.status_code, e.json()) for e in expected]
+    # Answered while stopping, each closes its connection: left open for the next request
+    # (keep-alive), it would hold the stop until Sanic's graceful timeout ran out.
+    assert [a.headers.get("connection") for a in answers] == ["close", "close"]
     assert exit_code == 0
     assert "2 parked long poll(s) answered empty" in b.log()
