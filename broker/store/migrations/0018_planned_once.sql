@@ -343,7 +343,7 @@ BEGIN
                 LEFT JOIN queen.messages mm
                        ON mm.partition_id = g.pid AND mm.transaction_id = t.txid
             ), newest AS (
-                SELECT mm.id, mm.created_at, mm.transaction_id, a.n, a.hi
+                SELECT mm.id, mm.created_at, mm.transaction_id, a.n, a.lo, a.hi
                 FROM acked a JOIN queen.messages mm
                   ON mm.partition_id = g.pid AND mm.seq = a.hi
                 WHERE a.found = a.n AND a.d = a.n
@@ -371,7 +371,7 @@ BEGIN
             WHERE l.partition_id = g.pid AND l.consumer_group = g.grp
               AND l.lease_id IS NOT NULL AND l.lease_expires_at > now()
               AND l.lease_id = ALL(g.lease_a)
-              AND (SELECT a.lo FROM acked a) > l.cursor_seq AND nw.hi <= l.lease_last_seq
+              AND nw.lo > l.cursor_seq AND nw.hi <= l.lease_last_seq
             RETURNING l.lease_id IS NULL, nw.transaction_id INTO v_release, v_last_txid;
             IF FOUND THEN
                 RETURN QUERY
