@@ -16,7 +16,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import asyncpg
 import httpx
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -334,3 +336,46 @@ JOIN queen.partitions p ON p.id = m.partition_id
 JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1
 ORDER BY p.name, m.seq"""
 """A queue's stored messages, per partition in position order (the order checks' input)."""
+
+
+class PgMeter:
+    """CPU seconds of a PostgreSQL server: its postmaster and every process under it, plus
+    what the postmaster has reaped (backends and workers that exited count too)."""
+
+    def __init__(self, postmaster: int) -> None:
+        self.postmaster = psutil.Process(postmaster)
+
+    def cpu_s(self) -> float:
+        t = self.postmaster.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system
+        for child in self.postmaster.children(recursive=True):
+            try:
+                c = child.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += c.user + c.system
+        return total
+
+
+async def enable_pg_statements(db: Database) -> None:
+    """pg_stat_statements with ``track = all`` (the statements inside the data-path functions
+    count too): preloaded on the embedded server, which restarts for it (before any broker
+    connects), and created."""
+    conn = await asyncpg.connect(db.dsn)
+    try:
+        loaded = await conn.fetchval("SHOW shared_preload_libraries")
+        if "pg_stat_statements" not in loaded:
+            if db.embedded is None:
+                raise SystemExit("pg_stat_statements is not preloaded on PG_HOST's server")
+            await conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+            await conn.execute("ALTER SYSTEM SET pg_stat_statements.track = 'all'")
+    finally:
+        await conn.close()
+    if db.embedded is not None:
+        db.embedded.stop()
+        db.embedded.start()
+    conn = await asyncpg.connect(db.dsn)
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    finally:
+        await conn.close()

@@ -1,17 +1,17 @@
 """The parts of mixed_load.py that measure the machine rather than the broker's answers: CPU
 seconds of the brokers, of PostgreSQL (postmaster, live and reaped children) and of this
-load generator from /proc, pg_stat_statements over a window, py-spy on the brokers."""
+load generator (PostgreSQL's through _harness.PgMeter), pg_stat_statements over a window,
+py-spy on the brokers."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import resource
 import signal
 import subprocess
 from pathlib import Path
 
-from _harness import Broker, BrokerMeter, Database
+from _harness import Broker, BrokerMeter, Database, PgMeter
 
 # ----------------------------------------------------------------------------------------------
 # CPU of the parts, from /proc
@@ -23,28 +23,6 @@ TICK = os.sysconf("SC_CLK_TCK")
 def _stat_fields(pid: int) -> list[str]:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()
-
-
-def postgres_cpu_s(postmaster: int | None) -> float | None:
-    """CPU seconds of a PostgreSQL server: the postmaster's own and its reaped children's
-    (cutime/cstime: backends that exited), plus every live child's (backends, walwriter...)."""
-    if postmaster is None:
-        return None
-    try:
-        f = _stat_fields(postmaster)
-    except OSError:
-        return None
-    total = sum(int(x) for x in f[11:15])
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            c = _stat_fields(int(entry.name))
-        except OSError:
-            continue
-        if int(c[1]) == postmaster:
-            total += int(c[11]) + int(c[12])
-    return total / TICK
 
 
 def loadgen_cpu_s() -> float:
@@ -72,21 +50,23 @@ class CpuMeter:
     """Brokers, PostgreSQL, load generator and the whole machine between start() and stop()."""
 
     def __init__(self, brokers: list[Broker], postmaster: int | None) -> None:
-        self.brokers, self.postmaster = brokers, postmaster
+        self.brokers = brokers
+        self.pg = PgMeter(postmaster) if postmaster is not None else None
 
     def _broker_sys_s(self) -> float:
         return sum(int(_stat_fields(b.proc.pid)[12]) for b in self.brokers) / TICK
 
     def start(self) -> None:
         self.broker = BrokerMeter(self.brokers)
-        self.pg0, self.lg0, self.m0 = (postgres_cpu_s(self.postmaster), loadgen_cpu_s(),
-                                       machine_busy_s())
+        self.pg0 = self.pg.cpu_s() if self.pg is not None else None
+        self.lg0, self.m0 = loadgen_cpu_s(), machine_busy_s()
         self.sys0 = self._broker_sys_s()
 
     def stop(self) -> dict[str, float | None]:
         self.broker.stop()
         sys1 = self._broker_sys_s()
-        pg1, lg1, m1 = postgres_cpu_s(self.postmaster), loadgen_cpu_s(), machine_busy_s()
+        pg1 = self.pg.cpu_s() if self.pg is not None else None
+        lg1, m1 = loadgen_cpu_s(), machine_busy_s()
         b = self.broker.figures(0)
         brokers = b["broker_cpu_ms"] / 1000
         pg = None if pg1 is None or self.pg0 is None else pg1 - self.pg0
@@ -102,28 +82,6 @@ PGSS_TOP = """SELECT calls, round(total_exec_time::numeric, 1) AS total_ms,
                  left(regexp_replace(query, '\\s+', ' ', 'g'), 100) AS query
           FROM pg_stat_statements WHERE query NOT ILIKE '%pg_stat_statements%'
           ORDER BY total_exec_time DESC LIMIT $1"""
-
-
-def enable_pg_statements(db: Database) -> None:
-    """pg_stat_statements (track=all: statements inside the data-path functions too) on the
-    embedded server, which restarts for it (before any broker connects)."""
-    import asyncpg
-
-    async def run() -> None:
-        conn = await asyncpg.connect(db.dsn)
-        try:
-            await conn.execute("ALTER SYSTEM SET shared_preload_libraries = pg_stat_statements")
-            await conn.execute("ALTER SYSTEM SET pg_stat_statements.track = 'all'")
-        finally:
-            await conn.close()
-        db.embedded.stop(mode="fast")
-        db.embedded.start()
-        conn = await asyncpg.connect(db.dsn)
-        try:
-            await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        finally:
-            await conn.close()
-    asyncio.run(run())
 
 
 async def pg_statements(db: Database | None, top: int, reset: bool = False) -> list[dict]:

@@ -77,7 +77,6 @@ sys.path.insert(0, str(HERE.parent))
 
 from _mixed_parts import (  # noqa: E402
     CpuMeter,
-    enable_pg_statements,
     pg_statements,
     postmaster_pid,
     start_py_spy,
@@ -90,6 +89,7 @@ from _harness import (  # noqa: E402
     Database,
     RawHTTPClient,
     drop_worktree,
+    enable_pg_statements,
     start_brokers,
     start_database,
     worktree,
@@ -404,7 +404,7 @@ class Cluster:
             if args.pg_statements:
                 if self.db.embedded is None:
                     raise SystemExit("--pg-statements needs the embedded PostgreSQL")
-                enable_pg_statements(self.db)
+                asyncio.run(enable_pg_statements(self.db))
             self.brokers = start_brokers(self.db, NB, mesh=True, root=root,
                                          LOG_LEVEL=args.log_level, **dict(args.env))
             if not asyncio.run(wait_mesh_up([b.url for b in self.brokers])):

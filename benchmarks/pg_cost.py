@@ -52,7 +52,7 @@ sys.path.insert(0, str(HERE.parent))
 import asyncpg  # noqa: E402
 import psutil  # noqa: E402
 
-from _harness import Database, start_database  # noqa: E402
+from _harness import Database, PgMeter, enable_pg_statements, start_database  # noqa: E402
 from _loadgen import (  # noqa: E402
     RAW_TABLE,
     Phase,
@@ -65,48 +65,6 @@ from _loadgen import (  # noqa: E402
 )
 from _store_floor import open_store, store_pop_ack, store_push  # noqa: E402
 from broker.store.schema import apply_schema  # noqa: E402
-
-
-class PgMeter:
-    """CPU seconds of a PostgreSQL server: its postmaster and every process under it, plus
-    what the postmaster has reaped (backends and workers that exited count too)."""
-
-    def __init__(self, postmaster: int) -> None:
-        self.postmaster = psutil.Process(postmaster)
-
-    def cpu_s(self) -> float:
-        t = self.postmaster.cpu_times()
-        total = t.user + t.system + t.children_user + t.children_system
-        for child in self.postmaster.children(recursive=True):
-            try:
-                c = child.cpu_times()
-            except psutil.NoSuchProcess:
-                continue
-            total += c.user + c.system
-        return total
-
-
-async def enable_statements(db: Database) -> None:
-    """Preload pg_stat_statements (a restart of the embedded server) and create it."""
-    conn = await asyncpg.connect(db.dsn)
-    try:
-        loaded = await conn.fetchval("SHOW shared_preload_libraries")
-        if "pg_stat_statements" not in loaded:
-            if db.embedded is None:
-                raise SystemExit("pg_stat_statements is not preloaded on PG_HOST's server")
-            await conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-            await conn.execute("ALTER SYSTEM SET pg_stat_statements.track = 'all'")
-    finally:
-        await conn.close()
-    if db.embedded is not None:
-        db.embedded.stop()
-        db.embedded.start()
-    conn = await asyncpg.connect(db.dsn)
-    try:
-        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-    finally:
-        await conn.close()
-
 
 TOP_STATEMENTS = """
 SELECT calls, total_exec_time, rows, regexp_replace(query, '\\s+', ' ', 'g') AS query
@@ -230,7 +188,7 @@ def report(rounds: list[list[dict[str, Any]]], statements: bool) -> str:
 async def main_async(args: argparse.Namespace) -> int:
     db = start_database()
     try:
-        await enable_statements(db)
+        await enable_pg_statements(db)
         admin = await asyncpg.connect(db.dsn)
         try:
             await apply_schema(admin)
