@@ -82,6 +82,7 @@ from _mixed_parts import (  # noqa: E402
     start_py_spy,
     stop_py_spy,
 )
+from profile_broker import print_summary  # noqa: E402
 
 from _harness import (  # noqa: E402
     ROOT,
@@ -423,7 +424,7 @@ class Cluster:
         if p["errors"]:
             log(f"errors: {p['errors']} {p['first_errors']}")
         if p["profile"]:
-            print_profile(p["profile"])
+            print_summary(p["profile"], "py-spy over the three brokers")
         if p["pg_statements"]:
             print_statements(p["pg_statements"], p["window_s"], p["pushed"])
         return p
@@ -498,15 +499,6 @@ def measure(trees: list[tuple[str, Path]], args: argparse.Namespace) -> list[dic
     finally:
         for c in clusters:
             c.close()
-
-
-def print_profile(prof: dict) -> None:
-    print(f"  py-spy over the three brokers: {prof['samples']} samples; own time:")
-    for f, p in prof["own"]:
-        print(f"    {p:5.1f}%  {f}")
-    print("  including callees:")
-    for f, p in prof["inclusive"]:
-        print(f"    {p:5.1f}%  {f}")
 
 
 def print_statements(rows: list[dict], window: float, pushed: int) -> None:

@@ -83,6 +83,16 @@ def summarize(raw: Path, top: int) -> dict:
             "inclusive": [(f, pct(c)) for f, c in incl.most_common(top * 2)]}
 
 
+def print_summary(summary: dict, label: str) -> None:
+    """``summarize``'s figures as the profiles print them: own time, then with callees."""
+    print(f"  {label}: {summary['samples']} samples; own time:")
+    for f, p in summary["own"]:
+        print(f"    {p:5.1f}%  {f}")
+    print("  including callees:")
+    for f, p in summary["inclusive"]:
+        print(f"    {p:5.1f}%  {f}")
+
+
 PGSS = """SELECT calls, round(total_exec_time::numeric, 1) AS total_ms,
                  round(mean_exec_time::numeric, 3) AS mean_ms, rows, toplevel,
                  left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS query
@@ -216,12 +226,7 @@ def report(name: str, res: dict) -> None:
           f"{res['broker_rss_mb']} MB; load {' '.join(f'{x:.1f}' for x in res['load'])}")
     py = res["python"]
     if py:
-        print(f"  py-spy: {py['samples']} samples (busy only); own time:")
-        for f, p in py["own"]:
-            print(f"    {p:5.1f}%  {f}")
-        print("  including callees:")
-        for f, p in py["inclusive"]:
-            print(f"    {p:5.1f}%  {f}")
+        print_summary(py, "py-spy (busy only)")
     print("  PostgreSQL (pg_stat_statements, track=all; toplevel f = inside a function):")
     for s in res["postgres"]:
         print(f"    {s['total_ms']:>9} ms {s['calls']:>7} calls {s['mean_ms']:>8} ms/call "
