@@ -35,6 +35,22 @@ WHERE l.locktype = 'advisory' AND l.classid = 0 AND l.objid = $1 AND l.objsubid 
 are per database; brokers of other tests use other databases of the same server).
 A bigint key shows as classid = high half, objid = low half, objsubid = 1."""
 
+LOCKED_BY = """
+SELECT statement_timestamp() AS at, array_agg(l.pid) FILTER (WHERE l.pid IS NOT NULL) AS pids
+FROM pg_locks l
+WHERE l.locktype = 'advisory' AND l.classid = 0 AND l.objid = $1 AND l.objsubid = 1
+  AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
+"""The sessions holding advisory lock $1 in this test's database, and when the statement that
+read them started (before pg_locks was read)."""
+
+SESSIONS = """
+SELECT pid, state, state_change FROM pg_stat_activity
+WHERE pid = ANY($1::int[]) AND application_name LIKE 'queen-broker%'
+"""
+"""Those sessions' states, read in a statement of their own (pg_stat_activity is read once per
+transaction, so a later read is a later picture)."""
+
 
 @pytest.fixture
 def cluster(fresh_database, tmp_path):
@@ -299,10 +315,10 @@ async def test_stats_skip_while_737002_held_and_retention_keeps_running(cluster,
     for b in brokers:
         assert (await refresh(client, b))["skipped"] is False
 
-    # Sample the lock while both brokers refresh in a loop: a holder seen outside a
-    # transaction must not still hold it outside one a moment later (pg_locks and
-    # pg_stat_activity are read at slightly different instants, so one sample can
-    # pair a lock with the state just after the COMMIT that released it).
+    # Sample the lock while both brokers refresh in a loop. A holder is outside a
+    # transaction when its session, read after the lock was seen, has been idle since
+    # before the lock was read: a transaction lock's holder is never idle while it holds it,
+    # and one seen just before its COMMIT went idle after the read.
     seen = held_outside = 0
 
     async def hammer(b) -> None:
@@ -312,17 +328,16 @@ async def test_stats_skip_while_737002_held_and_retention_keeps_running(cluster,
     async def sample() -> None:
         nonlocal seen, held_outside
         for _ in range(200):
-            rows = await db.fetch(HOLDERS, STATS_LOCK)
-            seen += len(rows)
-            if any(h["xact_start"] is None or h["state"] == "idle" for h in rows):
-                await asyncio.sleep(0.05)
-                again = await db.fetch(HOLDERS, STATS_LOCK)
-                held_outside += sum(h["xact_start"] is None or h["state"] == "idle"
-                                    for h in again)
+            locked = await db.fetchrow(LOCKED_BY, STATS_LOCK)
+            if locked["pids"]:
+                sessions = await db.fetch(SESSIONS, locked["pids"])
+                seen += len(sessions)
+                held_outside += sum(s["state"] == "idle" and s["state_change"] < locked["at"]
+                                    for s in sessions)
             await asyncio.sleep(0.005)
 
     await asyncio.gather(sample(), *(hammer(b) for b in brokers))
-    assert held_outside == 0
+    assert seen > 0 and held_outside == 0, (seen, held_outside)
     # and it is free as soon as the brokers are between cycles
     await wait_until_async(
         lambda: db.fetchval("SELECT pg_try_advisory_lock($1)", STATS_LOCK), 2, interval=0.02)
