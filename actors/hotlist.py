@@ -90,6 +90,13 @@ _VERDICTS = frozenset({TOOK, TOOK_AUTOACK, EMPTY, LEASED, DEFERRED, REQUEUE})
 
 # Revisit a leased partition this long after its lease expires.
 LEASE_PADDING_S = 0.3
+# ...or sooner: first this long after a "leased" verdict, doubling per consecutive one up to
+# LEASED_REVISIT_MAX_S. A lease is mostly ended by an ack, and an ack through another broker
+# (or a lease that merely expired) reaches no ring here: waiting for the lease's end would
+# leave the partition to that broker's pops alone for as long. Under load that showed as
+# seconds-long stalls of one group's deliveries (benchmarks/README.md, "mixed load").
+LEASED_REVISIT_MIN_S = 0.25
+LEASED_REVISIT_MAX_S = 5.0
 # Backoff of a "deferred" verdict that names no due time: doubles per
 # consecutive deferral within these bounds.
 DEFER_MIN_S = 0.05
@@ -138,7 +145,7 @@ class _Entry:
         self.taken_at = 0.0
         self.due = 0.0
         self.wheel_seq = -1  # identifies this entry's live heap item
-        self.backoff = 0.0   # last "deferred" backoff without a due time
+        self.backoff = 0.0   # last backoff of a "leased" or an undated "deferred" verdict
 
 
 class _Ring:
@@ -361,7 +368,9 @@ class HotList(AsyncioActor):
                     due = now + DEFER_MAX_S
                 else:
                     due = extra + LEASE_PADDING_S
-                self._to_wheel(ring, partition, entry, due)
+                entry.backoff = min(max(entry.backoff * 2, LEASED_REVISIT_MIN_S),
+                                    LEASED_REVISIT_MAX_S)
+                self._to_wheel(ring, partition, entry, min(due, now + entry.backoff))
             elif verdict == DEFERRED:
                 if extra is None:
                     entry.backoff = min(max(entry.backoff * 2, DEFER_MIN_S), DEFER_MAX_S)

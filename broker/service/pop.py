@@ -284,7 +284,8 @@ LEASE_END_SLACK_S = 0.02
 
 # A leased partition is looked at again after at most this long, even when its
 # lease is longer: its lease may be released through another broker, whose ack
-# this broker's hot-list never hears about.
+# this broker's hot-list never hears about (the hot-list looks at a partition
+# another consumer holds sooner still, on its own backoff: actors/hotlist.py).
 LEASE_REVISIT_CAP_S = 5.0
 
 # A few candidates beyond the claim budget, so a false positive at the head of

@@ -214,17 +214,44 @@ def test_own_ack_pulls_a_took_entry_back_early(hl, clock):
 def test_invariant_36_leased_is_never_cleared_and_revisited_after_expiry(hl, clock):
     seeded(hl, "p1")
     (p, epoch), = take_all(hl).entries
-    until = clock.t + 10.0
+    until = clock.t + 0.3
     hl.check_in(Q, G, [(p, epoch, LEASED, until)])
     assert hl.stats()["wheel"] == 1
-    clock.t = until + 0.29
+    # Looked at again first 250 ms after the verdict, doubling while it stays leased, and
+    # never later than the lease's end + 300 ms.
+    clock.t += 0.249
+    assert take_all(hl).entries == []
+    clock.t += 0.001
+    (p, epoch), = take_all(hl).entries
+    assert p == "p1"
+    hl.check_in(Q, G, [(p, epoch, LEASED, until)])  # 500 ms now, but the lease ends sooner
+    clock.t = until + 0.299
     assert take_all(hl).entries == []
     clock.t = until + 0.3
     (p, epoch), = take_all(hl).entries
-    assert p == "p1"
     # Still leased (the holder extended it): back to the wheel, still not cleared.
     hl.check_in(Q, G, [(p, epoch, LEASED, clock.t + 5)])
     assert hl.stats() == {"rings": 1, "ready": 0, "wheel": 1, "inflight": 0}
+
+
+def test_a_leased_partition_is_looked_at_again_backing_off_until_it_is_taken(hl, clock):
+    """A lease ended through another broker (or expired) reaches no ring here, so a leased
+    partition is tried again after 250 ms, 500 ms, 1 s, ... 5 s, not only at the lease's
+    end; a claim that takes it starts the backoff over."""
+    seeded(hl, "p1")
+    (p, epoch), = take_all(hl).entries
+    for wait in [0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 5.0]:
+        hl.check_in(Q, G, [(p, epoch, LEASED, clock.t + 300)])
+        clock.t += wait - 0.001
+        assert take_all(hl).entries == [], wait
+        clock.t += 0.001
+        (p, epoch), = take_all(hl).entries
+    hl.check_in(Q, G, [(p, epoch, TOOK, 0.0)])
+    clock.t += 0.3  # the lease's end (0 s here) + 300 ms
+    (p, epoch), = take_all(hl).entries
+    hl.check_in(Q, G, [(p, epoch, LEASED, clock.t + 300)])
+    clock.t += 0.25
+    assert names(take_all(hl)) == ["p1"]
 
 
 def test_invariant_36_leased_revisited_at_once_when_ack_releases(hl, clock):
