@@ -90,13 +90,18 @@ _VERDICTS = frozenset({TOOK, TOOK_AUTOACK, EMPTY, LEASED, DEFERRED, REQUEUE})
 
 # Revisit a leased partition this long after its lease expires.
 LEASE_PADDING_S = 0.3
-# ...or sooner: first this long after a "leased" verdict, doubling per consecutive one up to
-# LEASED_REVISIT_MAX_S. A lease is mostly ended by an ack, and an ack through another broker
-# (or a lease that merely expired) reaches no ring here: waiting for the lease's end would
-# leave the partition to that broker's pops alone for as long. Under load that showed as
-# seconds-long stalls of one group's deliveries (benchmarks/README.md, "mixed load").
+# A leased partition (this broker's lease or another's) is looked at again after at most
+# this long, even when its lease is longer: the lease may be released through another
+# broker, whose ack this hot-list never hears about. The pop service caps the lease times
+# it reports with it.
+LEASE_REVISIT_CAP_S = 5.0
+# Another consumer's lease: looked at again first this long after the "leased" verdict,
+# doubling per consecutive one up to LEASE_REVISIT_CAP_S. A lease is mostly ended by an
+# ack, and an ack through another broker (or a lease that merely expired) reaches no ring
+# here: waiting for the lease's end would leave the partition to that broker's pops alone
+# for as long. Under load that showed as seconds-long stalls of one group's deliveries
+# (benchmarks/README.md, "mixed load").
 LEASED_REVISIT_MIN_S = 0.25
-LEASED_REVISIT_MAX_S = 5.0
 # Backoff of a "deferred" verdict that names no due time: doubles per
 # consecutive deferral within these bounds.
 DEFER_MIN_S = 0.05
@@ -110,6 +115,11 @@ MAX_DIRTY = 200_000
 # (the next reseed finds a real partition); local marks (committed pushes)
 # are not capped.
 MAX_REMOTE_RING_ENTRIES = 10_000
+
+
+def _doubled(backoff: float, low: float, high: float) -> float:
+    """The next step of a backoff that doubles from ``low`` (its first step) up to ``high``."""
+    return min(max(backoff * 2, low), high)
 
 
 class Take(NamedTuple):
@@ -368,12 +378,12 @@ class HotList(AsyncioActor):
                     due = now + DEFER_MAX_S
                 else:
                     due = extra + LEASE_PADDING_S
-                entry.backoff = min(max(entry.backoff * 2, LEASED_REVISIT_MIN_S),
-                                    LEASED_REVISIT_MAX_S)
+                entry.backoff = _doubled(entry.backoff, LEASED_REVISIT_MIN_S,
+                                         LEASE_REVISIT_CAP_S)
                 self._to_wheel(ring, partition, entry, min(due, now + entry.backoff))
             elif verdict == DEFERRED:
                 if extra is None:
-                    entry.backoff = min(max(entry.backoff * 2, DEFER_MIN_S), DEFER_MAX_S)
+                    entry.backoff = _doubled(entry.backoff, DEFER_MIN_S, DEFER_MAX_S)
                     delay = entry.backoff
                 else:
                     delay = max(float(extra), 0.0)

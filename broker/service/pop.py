@@ -13,7 +13,7 @@ import ujson
 from loguru import logger
 
 from actors.autopilot import START_BATCH, WAIT_MAX_MS, Ask, Decision
-from actors.hotlist import REQUEUE, SizedTake
+from actors.hotlist import LEASE_REVISIT_CAP_S, REQUEUE, SizedTake
 from actors.proxies import HotListProxy
 from broker.core.domain import QUEUE_MODE, PopRequest
 from broker.core.ids import new_uuid7
@@ -281,12 +281,6 @@ async def _group_policy(ctx: BrokerContext, req: PopRequest) -> bool | None:
 # A parked pop that found a partition leased re-checks this long after the
 # lease's end (the clocks of PostgreSQL and the broker tick apart a little).
 LEASE_END_SLACK_S = 0.02
-
-# A leased partition is looked at again after at most this long, even when its
-# lease is longer: its lease may be released through another broker, whose ack
-# this broker's hot-list never hears about (the hot-list looks at a partition
-# another consumer holds sooner still, on its own backoff: actors/hotlist.py).
-LEASE_REVISIT_CAP_S = 5.0
 
 # A few candidates beyond the claim budget, so a false positive at the head of
 # the ring does not turn a pop with pending partitions into an empty answer.
