@@ -171,6 +171,18 @@ class PatroniCluster:
     def leader(self) -> Member | None:
         return next((m for m in self.members if m.role_is("primary")), None)
 
+    def ready(self, timeout_s: float = 120) -> Member:
+        """Wait until there is a leader and another member is its synchronous standby (as
+        after start(), and again after a switchover once the old leader has rejoined);
+        returns the leader."""
+        def both() -> bool:
+            return self.leader() is not None and any(m.role_is("sync") for m in self.members)
+        wait_until(both, timeout_s, "a leader and a synchronous standby:\n"
+                   + "\n".join(self.log(m.name) for m in self.members))
+        leader = self.leader()
+        assert leader is not None
+        return leader
+
     def kill_leader(self, leader: Member) -> None:
         """``kill -9`` of the leader's postmaster, then of its Patroni: nothing restarts it
         there, the leader key expires after the ttl and a replica takes over."""

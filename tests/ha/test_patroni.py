@@ -4,14 +4,15 @@ Real parts: etcd, two PostgreSQL members under Patroni with ``synchronous_mode``
 tests/ha/patroni_cluster.py), two broker processes whose ``PG_HOST`` lists both members with
 ``PG_TARGET_SESSION_ATTRS=read-write``, so each follows whichever member is writable without
 knowing about Patroni. Under sustained pushes (three producers, single messages, each to its
-own partition) and two consumer groups:
+own partition) and two consumer groups, on one cluster (the switchover first, since the
+kill leaves one member):
 
+* a planned switchover under load: no push answered with an error (``buffered`` is an
+  answer, a 5xx is not), and pushes answer ``queued`` again within the load that follows
+  the new leader answering Patroni's GET /primary;
 * the leader is killed (``kill -9`` of its postmaster, then of its Patroni): Patroni elects
   the synchronous standby, and no acknowledged push is lost, duplicated or reordered, in
-  PostgreSQL or in what either group received; pushes answer ``queued`` again within the
-  load that follows the new leader answering Patroni's GET /primary;
-* a planned switchover under the same load: no push answered with an error (``buffered`` is
-  an answer, a 5xx is not), and ``queued`` again the same way.
+  PostgreSQL or in what either group received; pushes answer ``queued`` again the same way.
 
 How soon they answer ``queued`` again is printed, not asserted (the suite asserts no timing
 on a shared machine); benchmarks/patroni_failover.py measures it against its targets, 5 s
@@ -35,8 +36,10 @@ pytestmark = pytest.mark.skipif(missing_parts() is not None,
 LOAD_BEFORE_S, LOAD_AFTER_S = 3.0, 5.0
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster():
+    """One cluster for the module: the switchover runs first and leaves both members, the
+    leader kill last (each test waits for a leader and a synchronous standby first)."""
     c = PatroniCluster(members=2)
     try:
         c.start()
@@ -59,9 +62,24 @@ def brokers(cluster, tmp_path):
         stop_brokers(started)
 
 
+async def test_a_switchover_answers_no_push_with_an_error_and_queues_again(cluster, brokers):
+    leader = cluster.ready()
+    candidate = next(m for m in cluster.members if m is not leader)
+    queue = f"patroni-switchover-{uuid.uuid4().hex[:8]}"
+    run = await failover_load.run([b.url for b in brokers], queue,
+                                  lambda: cluster.switchover(leader, candidate),
+                                  [candidate.rest],
+                                  before_s=LOAD_BEFORE_S, after_s=LOAD_AFTER_S)
+    in_db = await failover_load.stored([m.dsn for m in cluster.members], queue)
+    print("switchover:", run.figures())
+    context = f"{run.figures()} {run.statuses()} {run.first_errors}"
+    assert run.errors() == [], context
+    assert failover_load.losses(run, in_db) == [], context
+    print("back to queued after the new leader took writes:", run.back_to_queued(), "s")
+
+
 async def test_a_killed_leader_loses_nothing_and_pushes_queue_again(cluster, brokers):
-    leader = cluster.leader()
-    assert leader is not None
+    leader = cluster.ready()
     replica = next(m for m in cluster.members if m is not leader)
     queue = f"patroni-kill-{uuid.uuid4().hex[:8]}"
     run = await failover_load.run([b.url for b in brokers], queue,
@@ -75,21 +93,4 @@ async def test_a_killed_leader_loses_nothing_and_pushes_queue_again(cluster, bro
     assert [p for p in run.errors() if p.status.startswith("http_5")
             and p.status != "http_503"] == [], context
     assert run.statuses()["buffered"] > 0, context  # the outage was seen, and spooled
-    print("back to queued after the new leader took writes:", run.back_to_queued(), "s")
-
-
-async def test_a_switchover_answers_no_push_with_an_error_and_queues_again(cluster, brokers):
-    leader = cluster.leader()
-    assert leader is not None
-    candidate = next(m for m in cluster.members if m is not leader)
-    queue = f"patroni-switchover-{uuid.uuid4().hex[:8]}"
-    run = await failover_load.run([b.url for b in brokers], queue,
-                                  lambda: cluster.switchover(leader, candidate),
-                                  [candidate.rest],
-                                  before_s=LOAD_BEFORE_S, after_s=LOAD_AFTER_S)
-    in_db = await failover_load.stored([m.dsn for m in cluster.members], queue)
-    print("switchover:", run.figures())
-    context = f"{run.figures()} {run.statuses()} {run.first_errors}"
-    assert run.errors() == [], context
-    assert failover_load.losses(run, in_db) == [], context
     print("back to queued after the new leader took writes:", run.back_to_queued(), "s")
