@@ -17,7 +17,7 @@ from broker.store.figures_sql import partition_figures
 
 PUSH_ORDERED = """
 SELECT idx, message_id, partition_id, status, late, peer, error
-FROM queen.push_ordered_v5(
+FROM queen.push_ordered_v6(
     ARRAY(SELECT generate_series(0, $1 - 1)),
     coalesce($2::text[], array_fill($3::text, ARRAY[$1])),
     coalesce($4::text[], array_fill($5::text, ARRAY[$1])),
@@ -36,8 +36,9 @@ per item: 'queued', 'duplicate', 'staged' (into queen.staged, behind earlier sta
 spooled pushes to its partition, or while the database settles after a restart;
 queen.merge_staged moves it on), or 'refused' (its request's items would take the queue's
 depth past maxSize; ``error`` says so). Items with a NULL request ($17/$18) are not checked
-(migrations/0011_queue_limits.sql). A call whose items all go to one existing partition of a
-queue without maxSize takes push_ordered_v5's fast path (migration 0017)."""
+(migrations/0011_queue_limits.sql). A call whose items go to existing partitions of queues
+without maxSize takes a fast path: push_ordered_v5's for one partition (migration 0017), v6's
+for several, as a folded call's usually are (migration 0019)."""
 
 UPLOAD_LEDGER = """
 INSERT INTO queen.uploaded_files (spool_id, file_ms, file_seq, events)

@@ -1,15 +1,16 @@
 """The hot path's lean functions answer and store exactly what the functions they replace do.
 
 queen.push_ordered_v5 and queen.ack_messages_v4 (migration 0017) take fast paths for the
-usual calls and hand the others to push_ordered_v4 / ack_messages_v3; queen.ack_messages_v5
+usual calls and hand the others to push_ordered_v4 / ack_messages_v3; queen.push_ordered_v6
+(migration 0019) adds one for calls to several partitions; queen.ack_messages_v5
 (migration 0018) takes v4's fast path in one statement, and queen.pop_messages_v5 takes
 pop_messages_v3's candidates by one statement per shape of call; the previous release's
 brokers still call the old ones. Invariant: for any sequence of calls (items to one
 or several partitions, transaction ids repeated within a call and across calls, accept times
 out of order, batches popped under leases and acked with any mix of statuses, leases and
-unknown or repeated items), the new function and the old one, each on a queue of its own in
-the same database, give the same rows (modulo the ids of their own partitions and messages)
-and leave the same messages, cursors, leases and dead letters behind. For the pop: any
+unknown or repeated items, queues with and without maxSize, partitions new or not), the new
+function and the old one, each on a queue of its own in the same database, give the same rows
+(modulo the ids of their own partitions and messages) and leave the same messages, cursors, leases and dead letters behind. For the pop: any
 sequence of pops of every shape (a partition named, hinted partitions only, a scan, through
 the namespace), groups (one conflating), batch sizes and partition counts, with leases acked,
 left or expired and pushes between, gives the same rows and leaves the same cursors and leases.
@@ -40,9 +41,13 @@ SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # One call: items as (partition, transaction id) picks from small pools, so that
-# repeats within a call and across calls are common; and the call's accept-time offset.
+# repeats within a call and across calls are common; whether its items all go to p0; its
+# accept-time offset; whether its transaction ids are all fresh instead (the fast paths'
+# usual call); whether its items count against maxSize (a request id) or not (None, as
+# spooled pushes).
 ITEM = st.tuples(st.integers(0, 2), st.integers(0, 5))
-CALL = st.tuples(st.lists(ITEM, min_size=1, max_size=7), st.booleans(), st.sampled_from([0, -5, 7]))
+CALL = st.tuples(st.lists(ITEM, min_size=1, max_size=7), st.booleans(), st.sampled_from([0, -5, 7]),
+                 st.booleans(), st.sampled_from([True, True, False]))
 
 
 async def push_call(store: Store, fn: str, queue: str, rows: list[PushRow], accept: int) -> list:
@@ -55,37 +60,98 @@ async def push_call(store: Store, fn: str, queue: str, rows: list[PushRow], acce
 async def stored(store: Store, queue: str, origin: dict[str, tuple]) -> list[tuple]:
     async with store.connection() as c:
         rows = await c.fetch(
-            "SELECT p.name, m.seq, m.transaction_id, m.id::text AS id, p.last_seq"
+            "SELECT p.name, m.seq, m.transaction_id, m.id::text AS id, p.last_seq,"
+            " p.last_accept_us"
             " FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id"
             " JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1"
             " ORDER BY p.name, m.seq", queue)
-    return [(r["name"], r["seq"], r["transaction_id"], origin[r["id"]], r["last_seq"])
-            for r in rows]
+    return [(r["name"], r["seq"], r["transaction_id"], origin[r["id"]], r["last_seq"],
+             r["last_accept_us"]) for r in rows]
 
 
+SPREAD = [(0, 0), (1, 1), (0, 2), (2, 3), (1, 4), (0, 5)]  # several items to each partition
+
+
+@pytest.mark.parametrize("new_fn", ["push_ordered_v5", "push_ordered_v6"])
 @SETTINGS
-@given(calls=st.lists(CALL, min_size=1, max_size=6))
-async def test_push_v5_answers_and_stores_what_v4_does(store, calls):
+# Always tried: calls to several existing partitions with fresh transaction ids (v6's fast
+# path), at equal, later and earlier accept times; the same over a queue's maxSize.
+@example(max_size=0, partitions_exist=True,
+         calls=[(SPREAD, False, 0, True, True), (SPREAD, False, 0, True, True),
+                (SPREAD, False, 7, True, True), (SPREAD, False, 0, True, False)])
+@example(max_size=5, partitions_exist=True, calls=[(SPREAD, False, 0, True, True)])
+@given(calls=st.lists(CALL, min_size=1, max_size=6), max_size=st.sampled_from([0, 0, 5, 12]),
+       partitions_exist=st.booleans())
+async def test_push_answers_and_stores_what_v4_does(store, new_fn, calls, max_size,
+                                                    partitions_exist):
     tag = uuid.uuid4().hex[:8]
     queues = (f"eq-push-{tag}-old", f"eq-push-{tag}-new")
+    async with store.connection() as c:
+        await c.execute("INSERT INTO queen.queues (name, namespace, max_size)"
+                        " SELECT n, n, $2 FROM unnest($1::text[]) AS n", queues, max_size)
+        if partitions_exist:  # else the calls create them (push_ordered_v4's path)
+            await c.execute("INSERT INTO queen.partitions (queue_id, name)"
+                            " SELECT q.id, 'p' || i FROM queen.queues q, generate_series(0, 2) i"
+                            " WHERE q.name = ANY($1::text[])", queues)
     origin: dict[str, tuple] = {}  # message id -> (call, item): ids differ, origins do not
     base = now_us()
-    for k, (items, one_partition, offset) in enumerate(calls):
+    for k, (items, one_partition, offset, fresh, checked) in enumerate(calls):
         answers = []
-        for side, fn in ((OLD, "push_ordered_v4"), (NEW, "push_ordered_v5")):
+        for side, fn in ((OLD, "push_ordered_v4"), (NEW, new_fn)):
             rows = []
             for i, (part, tx) in enumerate(items):
                 mid = new_uuid7()
                 origin[mid] = (k, i)
                 rows.append(PushRow(queue=queues[side], partition=f"p{0 if one_partition else part}",
-                                    message_id=mid, transaction_id=f"tx-{tx}", trace_id=None,
-                                    payload={"k": k, "i": i}, request=k + 1))
+                                    message_id=mid, trace_id=None,
+                                    transaction_id=f"tx-{k}-{i}" if fresh else f"tx-{tx}",
+                                    payload={"k": k, "i": i},
+                                    request=k + 1 if checked else None))
             # offsets repeat across calls: equal accept times as well as earlier ones
             got = await push_call(store, fn, queues[side], rows, base + offset * 1000)
-            answers.append([(r["idx"], r["status"], r["late"], r["error"],
-                             origin[str(r["message_id"])]) for r in got])
+            answers.append([(r["idx"], r["status"], r["late"],
+                             r["error"] and r["error"].replace(queues[side], "Q"),
+                             origin.get(str(r["message_id"]))) for r in got])
         assert answers[NEW] == answers[OLD], f"call {k}: {items}"
     assert await stored(store, queues[NEW], origin) == await stored(store, queues[OLD], origin)
+
+
+@pytest.mark.parametrize("new_fn", ["push_ordered_v5", "push_ordered_v6"])
+@pytest.mark.parametrize("spread", [False, True], ids=["one-partition", "several-partitions"])
+async def test_push_stages_while_the_database_settles_as_v4_does(store, new_fn, spread):
+    """Invariant: while the database settles after a restart (queen.db_settling), every item
+    of a call is staged, whatever fast path the call would take otherwise. The settling is
+    made up in a transaction that is rolled back, so that no other test sees it."""
+    tag = uuid.uuid4().hex[:8]
+    queues = (f"eq-settle-{tag}-old", f"eq-settle-{tag}-new")
+    answers = []
+    async with store.connection() as c:
+        tr = c.transaction()
+        await tr.start()
+        try:
+            await c.execute("INSERT INTO queen.queues (name) SELECT unnest($1::text[])", queues)
+            await c.execute("INSERT INTO queen.partitions (queue_id, name)"
+                            " SELECT q.id, 'p' || i FROM queen.queues q, generate_series(0, 2) i"
+                            " WHERE q.name = ANY($1::text[])", queues)
+            await c.execute("SELECT queen.db_settling(1)")  # this server's incarnation row
+            await c.execute("UPDATE queen.db_incarnations SET follows = true,"
+                            " first_write_at = now() WHERE started_at = pg_postmaster_start_time()")
+            # the new function first: the old one's staged items leave a spool backlog,
+            # which would send the new one's call to v4 whatever it makes of the settling
+            for side, fn in ((NEW, new_fn), (OLD, "push_ordered_v4")):
+                rows = [PushRow(queue=queues[side], partition=f"p{part if spread else 0}",
+                                message_id=new_uuid7(), transaction_id=f"tx-{i}", trace_id=None,
+                                payload={"i": i}, request=1)
+                        for i, (part, _) in enumerate(SPREAD)]
+                got = await c.fetch(PUSH.format(fn=fn), *push_arrays(
+                    rows, [now_us()] * len(rows), store.server_id, store.order_wait_ms, 60_000),
+                    [r.request for r in rows])
+                answers.append([(r["idx"], r["status"]) for r in got])
+        finally:
+            await tr.rollback()
+    new, old = answers
+    assert old == [(i, "staged") for i in range(len(SPREAD))]
+    assert new == old
 
 
 # A step of a consumer: which group pops which partition how many, then, per popped item, a
