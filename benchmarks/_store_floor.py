@@ -28,13 +28,17 @@ async def open_store(dsn: str, concurrency: int) -> Store:
                                apply=False)
 
 
-def push_requests(rows: Rows, queue: str, batch: int) -> list[list[PushRow]]:
+def push_requests(rows: Rows, queue: str, batch: int,
+                  spread: bool = False) -> list[list[PushRow]]:
     """The PushRows a broker would build for ``rows`` pushed ``batch`` per request (one
-    partition per request, as ``Rows.push_body``), built before the clock starts."""
+    partition per request, as ``Rows.push_body``; ``spread``: item i of a request to
+    partition i % P, the shape of a call folding many requests), built before the clock
+    starts."""
     requests = []
     for n, chunk in enumerate(rows.chunks(batch)):
         part = f"p{(chunk.start // batch) % rows.partitions}"
-        requests.append([PushRow(queue=queue, partition=part, message_id=new_uuid7(),
+        requests.append([PushRow(queue=queue, message_id=new_uuid7(),
+                                 partition=f"p{i % rows.partitions}" if spread else part,
                                  transaction_id=rows.txids[i], trace_id=None, payload=None,
                                  payload_json=rows.payloads[i], request=n + 1)
                          for i in chunk])
@@ -51,8 +55,8 @@ async def _run(phase: Phase, concurrency: int, worker) -> Phase:
 
 
 async def store_push(store: Store, rows: Rows, queue: str, batch: int, concurrency: int,
-                     cap_s: float, label: str) -> Phase:
-    requests = push_requests(rows, queue, batch)
+                     cap_s: float, label: str, spread: bool = False) -> Phase:
+    requests = push_requests(rows, queue, batch, spread)
     phase = Phase(label, rows.n)
     it = iter(requests)
     deadline = time.perf_counter() + cap_s

@@ -16,6 +16,11 @@ the other on the same server:
              beside a plain ``INSERT`` of one row
   push 100   the same, 100 messages per request, one partition per request, beside a plain
              ``INSERT ... SELECT FROM unnest(...)`` of 100 rows
+  push 100 folded  100 messages per call over every partition (item i to partition
+             i % P), as many calls in flight as one broker sends (PUSH_MAX_CONCURRENT's
+             default): the shape of the calls in which a broker folds concurrent pushes
+             (actors/batcher.py), beside the same plain insert of 100 rows. (At 16 clients
+             every call would wait for the others' locks on the same 16 partitions.)
   pop+ack 1  the broker's pop of one message (queue mode, any partition) and its ack, the
              push 1 messages, beside the plain claim-and-delete of one row: a consumer at
              small batches pays these calls' fixed cost once per message
@@ -64,7 +69,10 @@ from _loadgen import (  # noqa: E402
     table,
 )
 from _store_floor import open_store, store_pop_ack, store_push  # noqa: E402
+from broker.core.config import VARIABLES  # noqa: E402
 from broker.store.schema import apply_schema  # noqa: E402
+
+FOLD_IN_FLIGHT = int(next(v.default for v in VARIABLES if v.name == "PUSH_MAX_CONCURRENT"))
 
 TOP_STATEMENTS = """
 SELECT calls, total_exec_time, rows, regexp_replace(query, '\\s+', ' ', 'g') AS query
@@ -112,9 +120,11 @@ async def one_round(args: argparse.Namespace, db: Database, measure: Measured,
         async with pool.acquire() as con:
             await con.execute(RAW_TABLE)
         q1, q100 = f"cost1-{k}-{uuid.uuid4().hex[:6]}", f"cost100-{k}-{uuid.uuid4().hex[:6]}"
+        q100f = f"cost100f-{k}-{uuid.uuid4().hex[:6]}"  # the folded pushes' own queue
         # the queues and partitions exist before the clock starts, as on a running broker
         await store_push(store, Rows(p, p), q1, 1, c, cap, "warm")
         await store_push(store, Rows(p * 100, p), q100, 100, c, cap, "warm")
+        await store_push(store, Rows(p, p), q100f, 1, c, cap, "warm")
         await store_pop_ack(store, q100, p * 100, 100, c, cap, "warm")
         await store_pop_ack(store, q1, p, 100, c, cap, "warm")
         out = []
@@ -136,6 +146,9 @@ async def one_round(args: argparse.Namespace, db: Database, measure: Measured,
             store, rows100, q100, 100, c, cap, "push 100")))
         out.append(await measure("push 100: plain insert", lambda: raw_push(
             pool, Rows(args.messages, p), 100, c, cap, "raw 100")))
+        out.append(await measure("push 100 folded: broker", lambda: store_push(
+            store, Rows(args.messages, p), q100f, 100, FOLD_IN_FLIGHT, cap, "push 100 folded",
+            spread=True)))
         async with pool.acquire() as con:
             await con.execute("ANALYZE queen.messages, bench_raw")
         out.append(await measure("pop+ack 100: broker", lambda: store_pop_ack(
@@ -151,6 +164,7 @@ async def one_round(args: argparse.Namespace, db: Database, measure: Measured,
 
 PAIRS = [("push 1: broker", "push 1: plain insert"),
          ("push 100: broker", "push 100: plain insert"),
+         ("push 100 folded: broker", "push 100: plain insert"),
          ("pop+ack 1: broker", "pop+ack 1: plain claim-and-delete"),
          ("pop+ack 100: broker", "pop+ack 100: plain claim-and-delete")]
 
