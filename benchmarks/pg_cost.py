@@ -69,10 +69,10 @@ from _loadgen import (  # noqa: E402
     table,
 )
 from _store_floor import open_store, store_pop_ack, store_push  # noqa: E402
-from broker.core.config import VARIABLES  # noqa: E402
+from broker.core.config import load_settings  # noqa: E402
 from broker.store.schema import apply_schema  # noqa: E402
 
-FOLD_IN_FLIGHT = int(next(v.default for v in VARIABLES if v.name == "PUSH_MAX_CONCURRENT"))
+FOLD_IN_FLIGHT = load_settings({}).push_max_concurrent  # a broker's default
 
 TOP_STATEMENTS = """
 SELECT calls, total_exec_time, rows, regexp_replace(query, '\\s+', ' ', 'g') AS query

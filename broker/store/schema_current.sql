@@ -2697,7 +2697,7 @@ DECLARE
     v_accs     bigint[];  -- ... its newest accept time before the call,
     v_ns       bigint[];  -- ... the call's items to it,
     v_maccs    bigint[];  -- ... and their newest accept time
-    v_wanted   bigint;
+    v_found    bigint;    -- the call's items to partitions that exist
     v_limited  boolean;
     v_clear    boolean;
     v_inserted boolean;
@@ -2713,21 +2713,21 @@ BEGIN
     -- statement, with what decides whether the fast path may take the call.
     SELECT array_agg(l.qn), array_agg(l.pn), array_agg(l.id), array_agg(l.last_seq),
            array_agg(l.last_accept_us), array_agg(l.n), array_agg(l.macc),
-           bool_or(l.limited), min(l.wanted),
+           bool_or(l.limited), sum(l.n),
            NOT queen.db_settling(p_settle_ms) AND NOT EXISTS (SELECT 1 FROM queen.spool_backlog)
-    INTO v_qn, v_pn, v_pids, v_lasts, v_accs, v_ns, v_maccs, v_limited, v_wanted, v_clear
+    INTO v_qn, v_pn, v_pids, v_lasts, v_accs, v_ns, v_maccs, v_limited, v_found, v_clear
     FROM (
         SELECT g.qn, g.pn, pt.id, pt.last_seq, pt.last_accept_us, g.n, g.macc,
-               q.max_size > 0 AND g.checked AS limited, g.wanted
+               q.max_size > 0 AND g.checked AS limited
         FROM (SELECT x.qn, x.pn, count(*) AS n, max(x.acc) AS macc,
-                     bool_or(x.req IS NOT NULL) AS checked, count(*) OVER () AS wanted
+                     bool_or(x.req IS NOT NULL) AS checked
               FROM unnest(p_queue, p_partition, p_accept, p_req) AS x(qn, pn, acc, req)
               GROUP BY x.qn, x.pn) g
         JOIN queen.queues q ON q.name = g.qn
         JOIN queen.partitions pt ON pt.queue_id = q.id AND pt.name = g.pn
         ORDER BY pt.id
         FOR NO KEY UPDATE OF pt) l;
-    IF cardinality(v_pids) = v_wanted AND NOT v_limited AND v_clear THEN
+    IF v_found = cardinality(p_idx) AND NOT v_limited AND v_clear THEN
         -- The unique keys are the duplicate check; a duplicate undoes the try and
         -- v4 sorts it out.
         BEGIN

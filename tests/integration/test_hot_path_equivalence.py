@@ -10,10 +10,11 @@ or several partitions, transaction ids repeated within a call and across calls, 
 out of order, batches popped under leases and acked with any mix of statuses, leases and
 unknown or repeated items, queues with and without maxSize, partitions new or not), the new
 function and the old one, each on a queue of its own in the same database, give the same rows
-(modulo the ids of their own partitions and messages) and leave the same messages, cursors, leases and dead letters behind. For the pop: any
-sequence of pops of every shape (a partition named, hinted partitions only, a scan, through
-the namespace), groups (one conflating), batch sizes and partition counts, with leases acked,
-left or expired and pushes between, gives the same rows and leaves the same cursors and leases.
+(modulo the ids of their own partitions and messages) and leave the same messages, cursors,
+leases and dead letters behind. For the pop: any sequence of pops of every shape (a partition
+named, hinted partitions only, a scan, through the namespace), groups (one conflating), batch
+sizes and partition counts, with leases acked, left or expired and pushes between, gives the
+same rows and leaves the same cursors and leases.
 """
 from __future__ import annotations
 
